@@ -1,0 +1,51 @@
+/* Small public helpers: version, error strings, type and op names. */
+#include "comm.h"
+#include "debug.h"
+
+#define API __attribute__((visibility("default")))
+
+API ncclxResult_t ncclxGetVersion(int* version) {
+  if (!version) return ncclxSetError(ncclxInvalidArgument, "ncclxGetVersion: version is NULL");
+  *version = NCCLX_VERSION_CODE;
+  return ncclxSuccess;
+}
+
+API const char* ncclxGetErrorString(ncclxResult_t result) {
+  switch (result) {
+    case ncclxSuccess: return "no error";
+    case ncclxUnhandledCudaError: return "unhandled cuda error";
+    case ncclxSystemError: return "unhandled system error (network, memory, OS)";
+    case ncclxInternalError: return "internal error (a bug in ncclx or a plugin)";
+    case ncclxInvalidArgument: return "invalid argument";
+    case ncclxInvalidUsage: return "invalid usage";
+    case ncclxRemoteError: return "remote process exited or there was a network error";
+    case ncclxInProgress: return "operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+API const char* ncclxGetLastError(ncclxComm_t comm) {
+  if (comm && comm->magic == NCCLX_COMM_MAGIC && comm->lastError[0]) return comm->lastError;
+  return ncclxThreadLastError();
+}
+
+API size_t ncclxTypeSize(ncclxDataType_t t) {
+  switch (t) {
+    case ncclxInt8: case ncclxUint8: return 1;
+    case ncclxFloat16: case ncclxBfloat16: return 2;
+    case ncclxInt32: case ncclxUint32: case ncclxFloat32: return 4;
+    case ncclxInt64: case ncclxUint64: case ncclxFloat64: return 8;
+    default: return 0;
+  }
+}
+
+API const char* ncclxTypeName(ncclxDataType_t t) {
+  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",
+                                "uint64", "float16", "float32", "float64", "bfloat16"};
+  return (unsigned)t < ncclxNumTypes ? names[t] : "invalid-type";
+}
+
+API const char* ncclxOpName(ncclxRedOp_t op) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  return (unsigned)op < ncclxNumOps ? names[op] : "invalid-op";
+}

@@ -1,0 +1,62 @@
+/* Bootstrap: rendezvous at the unique id's address, then out-of-band point-to-point
+ * messages between ranks over TCP. Every connection starts with a magic number and the
+ * job secret from the unique id; anything else is refused with a log line.
+ *
+ * A bootstrap is shared by a communicator and the communicators split from it: a child
+ * uses a view with its own rank map and tag space (bootstrapView). */
+#ifndef NCCLX_BOOTSTRAP_H
+#define NCCLX_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ncclx.h"
+
+struct bootstrap;
+
+/* Fill an id: random 64-bit secret, and the root address (NCCLX_COMM_ID=host:port if set,
+ * else this host's first non-loopback IPv4 address, or 127.0.0.1, on a free port that the
+ * process keeps listening on until the root rank of that id initializes). */
+ncclxResult_t bootstrapGetUniqueId(ncclxUniqueId* id);
+/* Parse "host:port" (also "[v6]:port") into an id with a secret derived from the string,
+ * so every rank computes the same id without communicating. */
+ncclxResult_t bootstrapIdFromString(const char* hostport, ncclxUniqueId* id);
+/* Secret carried in an id (the communicator hash of the root communicator derives from it). */
+uint64_t bootstrapIdSecret(const ncclxUniqueId* id);
+
+/* Collective over all nranks: rank 0 serves the id's address. Fails within timeoutSec
+ * naming the ranks that never arrived (on rank 0) or the unreachable root (others). */
+ncclxResult_t bootstrapInit(const ncclxUniqueId* id, int rank, int nranks, double timeoutSec,
+                            struct bootstrap** out);
+/* A child view over the ranks parentRanks[0..nranks-1] (indices in `parent`'s numbering);
+ * `tagSpace` must be the same on all members and unique among views of the same root. */
+ncclxResult_t bootstrapView(struct bootstrap* parent, const int* parentRanks, int nranks,
+                            int myRank, uint64_t tagSpace, struct bootstrap** out);
+void bootstrapRelease(struct bootstrap* b); /* views and root are reference counted */
+
+int bootstrapRank(const struct bootstrap* b);
+int bootstrapNranks(const struct bootstrap* b);
+
+/* Reliable, ordered per (peer, tag). Send returns once the bytes are handed to the kernel;
+ * recv waits for the matching (peer, tag), keeping other messages for later. Both give up
+ * after the bootstrap's timeout or when *abortFlag (may be NULL) becomes non-zero. */
+ncclxResult_t bootstrapSend(struct bootstrap* b, int peer, uint32_t tag, const void* data,
+                            size_t size);
+ncclxResult_t bootstrapRecv(struct bootstrap* b, int peer, uint32_t tag, void* data,
+                            size_t size, volatile int* abortFlag);
+/* all holds nranks slots of `size` bytes; slot `rank` is this rank's input. O(log n) rounds. */
+ncclxResult_t bootstrapAllGather(struct bootstrap* b, void* all, size_t size, uint32_t tag);
+ncclxResult_t bootstrapBarrier(struct bootstrap* b, uint32_t tag);
+
+/* Fault path: tell every rank of this view that we are failing, with a message
+ * (best effort, bounded by a short timeout). */
+void bootstrapBroadcastAbort(struct bootstrap* b, const char* message);
+/* Non-blocking: if an abort notice for this view has arrived, copy its text (from the
+ * failing rank) into msg and return 1. Safe to call often from progress loops. */
+int bootstrapPollAbort(struct bootstrap* b, char* msg, size_t msgSize);
+/* File descriptor of the bootstrap listener, for poll() in the progress engine. */
+int bootstrapPollFd(const struct bootstrap* b);
+
+/* Host identity of this process, for peer info. */
+const char* bootstrapHostname(void);
+#endif

@@ -1,0 +1,53 @@
+/* Collective algorithms. Each runs on the calling thread with the comm's execLock held,
+ * over xferRun, and returns when this rank's part is complete. Arguments are already
+ * validated; count may be 0. Algorithms are correct for any nranks >= 1. */
+#ifndef NCCLX_COLL_H
+#define NCCLX_COLL_H
+
+#include "comm.h"
+#include "ncclx/tuner.h"
+
+typedef struct {
+  ncclxCollType_t coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count; /* allreduce/bcast/reduce: count; allgather: sendcount; reducescatter:
+                   recvcount; alltoall: per-peer count */
+  ncclxDataType_t datatype;
+  ncclxRedOp_t op;
+  int root;
+  /* alltoallv only (elements, nranks entries each). */
+  const size_t* sendcounts;
+  const size_t* sdispls;
+  const size_t* recvcounts;
+  const size_t* rdispls;
+  int algo;  /* ncclxAlgo_t chosen by the tuner */
+  int proto; /* ncclxProto_t */
+} ncclxCollArgs;
+
+/* Whether algo can run this call (rank count, collective). The tuner's table is masked
+ * with this, so a tuner cannot pick an algorithm that does not exist for the call. */
+int collAlgoSupported(ncclxCollType_t coll, int algo, int nranks);
+/* Dispatch to the algorithm in args->algo. */
+ncclxResult_t collRun(struct ncclxComm* comm, const ncclxCollArgs* args);
+
+/* Algorithms (coll_*.c). */
+ncclxResult_t allreduceRing(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allreduceRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allreduceRabenseifner(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allreduceTree(struct ncclxComm* comm, const ncclxCollArgs* a); /* reduce + bcast */
+ncclxResult_t broadcastTree(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t broadcastRing(struct ncclxComm* comm, const ncclxCollArgs* a); /* pipelined chain */
+ncclxResult_t reduceTree(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allgatherRing(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allgatherRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allgatherBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t reducescatterRing(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t reducescatterPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t alltoallPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t barrierDissemination(struct ncclxComm* comm, const ncclxCollArgs* a);
+#endif

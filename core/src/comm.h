@@ -1,0 +1,101 @@
+/* The communicator: who the ranks are, how to reach them, and its error state. */
+#ifndef NCCLX_COMM_H
+#define NCCLX_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "ncclx.h"
+#include "plugin_loader.h"
+
+#define NCCLX_HOSTNAME_MAX 64
+
+/* What every rank publishes about itself at init (bootstrap all-gather). */
+struct ncclxPeerInfo {
+  int rank;
+  int pid;
+  uint64_t hostHash;
+  char hostname[NCCLX_HOSTNAME_MAX];
+  char netHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from net->listen */
+};
+
+/* Network connections to one peer; created on first use unless lazy_connect = false. */
+struct ncclxPeerConn {
+  void* sendComm;
+  void* recvComm;
+  int sendFd, recvFd; /* from getPollFd, -1 when none */
+};
+
+struct ncclxComm {
+  uint64_t magic; /* NCCLX_COMM_MAGIC while alive: catches stale or garbage handles */
+  int rank, nranks;
+  uint64_t commHash;
+  char name[64];
+  struct bootstrap* bootstrap;
+  struct ncclxPeerInfo* peerInfo; /* nranks entries */
+  int nhosts, ranksPerHostMax;
+
+  /* Network. */
+  ncclxNetInstance_t net;
+  int netDev;
+  void* listenComm;
+  size_t maxMessageBytes;
+  struct ncclxPeerConn* conns; /* nranks entries */
+  void* unmatchedAccepts;      /* peers.c: accepted connections still saying hello */
+  pthread_mutex_t connLock;
+
+  /* Settings resolved at init from ncclx.ini and ncclxConfig_t. */
+  double timeoutSec; /* 0 = never time out */
+  size_t chunkBytes; /* pipeline chunk for large transfers */
+  int lazyConnect;
+
+  /* Execution: one operation at a time per communicator. */
+  pthread_mutex_t execLock;
+  void* scratch;
+  size_t scratchSize;
+  uint64_t collSeq, p2pSeq;
+  const char* curOpName; /* "allreduce", for error messages */
+  uint64_t curOpSeq;
+
+  /* Error state: sticky once set. */
+  atomic_int abortFlag;
+  atomic_int asyncError; /* ncclxResult_t */
+  pthread_mutex_t errLock;
+  char lastError[1024];
+
+  /* Plugins. */
+  const ncclxTuner_t* tuner;
+  void* tunerCtx;
+  const ncclxProfiler_t* profiler;
+  void* profilerCtx;
+
+  atomic_int refs;      /* the user's handle plus queued stream operations */
+  atomic_int destroyed; /* Destroy/Abort called: new calls are refused */
+  uint64_t splitCount;  /* children created, for their bootstrap tag space */
+};
+
+#define NCCLX_COMM_MAGIC 0x6e63636c78636f6dull
+
+/* Validate a handle passed by the user. */
+ncclxResult_t commCheckHandle(const struct ncclxComm* comm);
+/* Record a failure on comm: sticky error, lastError text, thread error, WARN log.
+ * Returns res. Does not notify peers (see commFail). */
+ncclxResult_t commSetError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A fatal communication failure: commSetError, then tell every rank through the bootstrap
+ * so that ranks that do not talk to the culprit fail too, naming it. */
+ncclxResult_t commFail(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* ncclxSuccess, or the sticky error (with lastError) if the comm failed or was aborted. */
+ncclxResult_t commCheckHealthy(struct ncclxComm* comm);
+/* "rank 3 (host h, pid p)" into buf. */
+const char* commDescribeRank(const struct ncclxComm* comm, int rank, char* buf, size_t size);
+/* A scratch buffer of at least `bytes`, owned by the comm, valid until the next call.
+ * Only while holding execLock. */
+void* commScratch(struct ncclxComm* comm, size_t bytes);
+
+void commRetain(struct ncclxComm* comm);
+void commRelease(struct ncclxComm* comm);
+#endif

@@ -1,0 +1,97 @@
+/* Profiler plugin hookup and the core's event sites. */
+#include "prof.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "debug.h"
+#include "plugin_loader.h"
+#include "tune.h"
+
+int ncclxProfilerMask;
+
+void profCommInit(struct ncclxComm* comm) {
+  const ncclxProfiler_t* prof = NULL;
+  if (ncclxProfilerAcquire(&prof) != ncclxSuccess || !prof) return;
+  char section[96];
+  snprintf(section, sizeof(section), "profiler.%s", prof->name);
+  ncclxPluginEnv_t env;
+  ncclxPluginEnvFill(&env, section);
+  ncclxProfilerCommInfo_v1_t info = {.commHash = comm->commHash, .commName = comm->name,
+                                     .rank = comm->rank, .nranks = comm->nranks,
+                                     .nhosts = comm->nhosts, .hostname = bootstrapHostname(),
+                                     .pid = (int)getpid()};
+  void* ctx = NULL;
+  ncclxResult_t res = prof->init(&ctx, &info, &ncclxProfilerMask, &env);
+  if (res != ncclxSuccess) {
+    WARN("profiler plugin '%s' failed to initialize (%s); continuing without a profiler",
+         prof->name, ncclxGetErrorString(res));
+    ncclxProfilerRelease();
+    return;
+  }
+  comm->profiler = prof;
+  comm->profilerCtx = ctx;
+  INFO(NCCLX_LOG_PROFILE, "profiler '%s' active, mask 0x%x", prof->name,
+       (unsigned)__atomic_load_n(&ncclxProfilerMask, __ATOMIC_RELAXED));
+}
+
+void profCommFinalize(struct ncclxComm* comm) {
+  if (!comm->profiler) return;
+  comm->profiler->finalize(comm->profilerCtx);
+  comm->profiler = NULL;
+  comm->profilerCtx = NULL;
+  ncclxProfilerRelease();
+}
+
+static void* profStart(struct ncclxComm* comm, const ncclxProfilerEventDescr_v1_t* d) {
+  void* handle = NULL;
+  if (comm->profiler->startEvent(comm->profilerCtx, &handle, d) != ncclxSuccess) return NULL;
+  return handle;
+}
+
+void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* a, uint64_t seq, void* stream) {
+  ncclxProfilerEventDescr_v1_t d;
+  memset(&d, 0, sizeof(d));
+  d.type = NCCLX_PROFILE_COLL;
+  d.rank = comm->rank;
+  d.coll.seq = seq;
+  d.coll.func = ncclxCollName(a->coll);
+  d.coll.sendbuff = a->sendbuff;
+  d.coll.recvbuff = a->recvbuff;
+  d.coll.count = a->count;
+  d.coll.bytes = tuneCallBytes(comm, a);
+  d.coll.root = a->root;
+  d.coll.datatype = ncclxTypeName(a->datatype);
+  d.coll.op = ncclxOpName(a->op);
+  d.coll.algo = ncclxAlgoName(a->algo);
+  d.coll.proto = ncclxProtoName(a->proto);
+  d.coll.stream = stream;
+  return profStart(comm, &d);
+}
+
+void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
+                   ncclxDataType_t type, int peer, uint64_t seq) {
+  ncclxProfilerEventDescr_v1_t d;
+  memset(&d, 0, sizeof(d));
+  d.type = NCCLX_PROFILE_P2P;
+  d.rank = comm->rank;
+  d.p2p.seq = seq;
+  d.p2p.func = isSend ? "Send" : "Recv";
+  d.p2p.buff = buff;
+  d.p2p.count = count;
+  d.p2p.bytes = count * ncclxTypeSize(type);
+  d.p2p.datatype = ncclxTypeName(type);
+  d.p2p.peer = peer;
+  return profStart(comm, &d);
+}
+
+void profStop(struct ncclxComm* comm, void* handle) {
+  if (handle && comm->profiler) comm->profiler->stopEvent(handle);
+}
+
+void profFailed(struct ncclxComm* comm, void* handle, ncclxResult_t res, const char* message) {
+  if (!handle || !comm->profiler) return;
+  ncclxProfilerStateArgs_v1_t args = {.result = res, .message = message};
+  comm->profiler->recordEventState(handle, NCCLX_PROFILE_STATE_FAILED, &args);
+}

@@ -1,0 +1,280 @@
+/* The progress engine: post every transfer of a step, drive them all to completion, and
+ * turn a dead peer, a wrong size, a timeout or an abort into one clear error. */
+#include "xfer.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "debug.h"
+#include "peers.h"
+
+#define XFER_MAX_INFLIGHT 4 /* chunks in flight per transfer (<= size of ncclxXfer.reqs) */
+#define XFER_STACK_STATES 64
+
+struct xferState {
+  struct ncclxComm* comm;
+  size_t chunk;
+  size_t msgsTotal, msgsPosted, msgsDone;
+  int prev; /* earlier transfer on the same (comm, peer, direction), or -1 */
+};
+
+static double nowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t msgBytes(const ncclxXfer* x, const struct xferState* s, size_t msg) {
+  size_t off = msg * s->chunk;
+  if (x->bytes == 0) return 0;
+  return x->bytes - off < s->chunk ? x->bytes - off : s->chunk;
+}
+
+static const char* opName(const struct ncclxComm* comm) {
+  return comm->curOpName ? comm->curOpName : "operation";
+}
+
+/* Transfers to self are copies; pair the k-th send with the k-th receive of a comm. */
+static ncclxResult_t xferSelf(ncclxXfer* x, struct xferState* s, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!x[i].isSend || x[i].peer != s[i].comm->rank || s[i].msgsDone == s[i].msgsTotal) continue;
+    int j = 0;
+    for (; j < n; j++)
+      if (!x[j].isSend && x[j].peer == s[j].comm->rank && s[j].comm == s[i].comm &&
+          s[j].msgsDone != s[j].msgsTotal)
+        break;
+    if (j == n)
+      return commSetError(s[i].comm, ncclxInvalidUsage,
+                          "%s #%llu: rank %d sends %zu bytes to itself with no matching receive",
+                          opName(s[i].comm), (unsigned long long)s[i].comm->curOpSeq,
+                          s[i].comm->rank, x[i].bytes);
+    if (x[j].bytes != x[i].bytes)
+      return commSetError(s[i].comm, ncclxInvalidUsage,
+                          "%s #%llu: rank %d sends %zu bytes to itself but receives %zu",
+                          opName(s[i].comm), (unsigned long long)s[i].comm->curOpSeq,
+                          s[i].comm->rank, x[i].bytes, x[j].bytes);
+    if (x[i].bytes && x[j].buf != x[i].buf) memmove(x[j].buf, x[i].buf, x[i].bytes);
+    s[i].msgsPosted = s[i].msgsDone = s[i].msgsTotal;
+    s[j].msgsPosted = s[j].msgsDone = s[j].msgsTotal;
+    x[i].doneBytes = x[i].bytes;
+    x[j].doneBytes = x[j].bytes;
+  }
+  for (int i = 0; i < n; i++)
+    if (!x[i].isSend && x[i].peer == s[i].comm->rank && s[i].msgsDone != s[i].msgsTotal)
+      return commSetError(s[i].comm, ncclxInvalidUsage,
+                          "%s #%llu: rank %d receives from itself with no matching send",
+                          opName(s[i].comm), (unsigned long long)s[i].comm->curOpSeq,
+                          s[i].comm->rank);
+  return ncclxSuccess;
+}
+
+/* Connect what this step needs, per communicator. */
+static ncclxResult_t xferConnect(ncclxXfer* x, struct xferState* s, int n) {
+  int* peers = malloc(sizeof(int) * (size_t)(2 * n + 2));
+  if (!peers) return ncclxSetError(ncclxSystemError, "out of memory");
+  ncclxResult_t res = ncclxSuccess;
+  for (int i = 0; i < n && res == ncclxSuccess; i++) {
+    struct ncclxComm* comm = s[i].comm;
+    int seen = 0;
+    for (int j = 0; j < i; j++) seen |= s[j].comm == comm;
+    if (seen) continue;
+    int ns = 0, nr = 0;
+    for (int j = i; j < n; j++)
+      if (s[j].comm == comm && x[j].isSend) peers[ns++] = x[j].peer;
+    for (int j = i; j < n; j++)
+      if (s[j].comm == comm && !x[j].isSend) peers[n + 1 + nr++] = x[j].peer;
+    res = peersEnsure(comm, peers, ns, peers + n + 1, nr);
+  }
+  free(peers);
+  return res;
+}
+
+static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+  struct ncclxComm* comm = s[i].comm;
+  const ncclxNet_t* net = comm->net.net;
+  struct ncclxPeerConn* c = &comm->conns[x[i].peer];
+  while (s[i].msgsPosted < s[i].msgsTotal && x[i].inflight < XFER_MAX_INFLIGHT) {
+    int p = s[i].prev;
+    if (p >= 0 && s[p].msgsPosted < s[p].msgsTotal) return ncclxSuccess; /* keep order */
+    size_t len = msgBytes(&x[i], &s[i], s[i].msgsPosted);
+    char* ptr = (char*)x[i].buf + s[i].msgsPosted * s[i].chunk;
+    void* req = NULL;
+    ncclxResult_t res;
+    if (x[i].isSend) {
+      res = net->isend(c->sendComm, ptr, len, comm->rank, NULL, NULL, &req);
+    } else {
+      void* data = ptr;
+      int tag = x[i].peer;
+      res = net->irecv(c->recvComm, 1, &data, &len, &tag, NULL, NULL, &req);
+    }
+    if (res != ncclxSuccess) {
+      char who[128];
+      return commFail(comm, res, "%s #%llu: network '%s' refused to %s %zu bytes %s %s",
+                      opName(comm), (unsigned long long)comm->curOpSeq, net->name,
+                      x[i].isSend ? "send" : "receive", len, x[i].isSend ? "to" : "from",
+                      commDescribeRank(comm, x[i].peer, who, sizeof(who)));
+    }
+    if (!req) return ncclxSuccess; /* transport busy: retry later */
+    int slot = (x[i].head + x[i].inflight) % XFER_MAX_INFLIGHT;
+    x[i].reqs[slot] = req;
+    x[i].reqBytes[slot] = len;
+    x[i].inflight++;
+    x[i].postedBytes += len;
+    s[i].msgsPosted++;
+    *progress = 1;
+  }
+  return ncclxSuccess;
+}
+
+static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+  struct ncclxComm* comm = s[i].comm;
+  while (x[i].inflight > 0) {
+    int slot = x[i].head;
+    int done = 0;
+    size_t got = 0;
+    ncclxResult_t res = comm->net.net->test(x[i].reqs[slot], &done, &got);
+    char who[128];
+    if (res != ncclxSuccess) {
+      x[i].inflight = 0; /* the transport freed the failed request */
+      return commFail(comm, ncclxRemoteError, "%s closed the connection or failed during %s #%llu (%s %zu of %zu bytes)",
+                      commDescribeRank(comm, x[i].peer, who, sizeof(who)), opName(comm),
+                      (unsigned long long)comm->curOpSeq, x[i].isSend ? "sent" : "received",
+                      x[i].doneBytes, x[i].bytes);
+    }
+    if (!done) return ncclxSuccess;
+    x[i].head = (x[i].head + 1) % XFER_MAX_INFLIGHT;
+    x[i].inflight--;
+    s[i].msgsDone++;
+    *progress = 1;
+    if (!x[i].isSend && got != x[i].reqBytes[slot])
+      return commFail(comm, ncclxInvalidUsage,
+                      "%s #%llu: %s sent %zu bytes where %zu were expected "
+                      "(counts differ between ranks?)",
+                      opName(comm), (unsigned long long)comm->curOpSeq,
+                      commDescribeRank(comm, x[i].peer, who, sizeof(who)), got, x[i].reqBytes[slot]);
+    x[i].doneBytes += x[i].reqBytes[slot];
+  }
+  return ncclxSuccess;
+}
+
+/* Nothing moved for a while: sleep until a receive connection or the bootstrap (abort
+ * notices) has something, or a short time passes. */
+static void xferSleep(ncclxXfer* x, struct xferState* s, int n, struct ncclxComm* comm) {
+  struct pollfd fds[XFER_STACK_STATES + 1];
+  int nfds = 0, sendsWaiting = 0;
+  for (int i = 0; i < n && nfds < XFER_STACK_STATES; i++) {
+    if (s[i].msgsDone == s[i].msgsTotal) continue;
+    int fd = x[i].isSend ? -1 : s[i].comm->conns[x[i].peer].recvFd;
+    if (fd < 0) sendsWaiting = 1;
+    else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
+  }
+  int bfd = bootstrapPollFd(comm->bootstrap);
+  if (bfd >= 0) fds[nfds++] = (struct pollfd){.fd = bfd, .events = POLLIN};
+  if (sendsWaiting || nfds == 0) {
+    usleep(50);
+    return;
+  }
+  (void)poll(fds, (nfds_t)nfds, 2);
+}
+
+static ncclxResult_t xferCheckStuck(ncclxXfer* x, struct xferState* s, int n,
+                                    struct ncclxComm* comm, double lastProgress) {
+  char notice[1024];
+  for (int i = 0; i < n; i++) {
+    struct ncclxComm* c = s[i].comm;
+    if (atomic_load(&c->abortFlag)) {
+      ncclxResult_t res = commCheckHealthy(c);
+      return res != ncclxSuccess ? res : ncclxInvalidUsage;
+    }
+  }
+  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
+    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  if (comm->timeoutSec <= 0 || nowSec() - lastProgress <= comm->timeoutSec) return ncclxSuccess;
+  char list[640] = "", who[128];
+  size_t len = 0;
+  for (int i = 0; i < n && len < sizeof(list) - 200; i++) {
+    if (s[i].msgsDone == s[i].msgsTotal) continue;
+    len += (size_t)snprintf(list + len, sizeof(list) - len, " %s %s (%zu of %zu bytes);",
+                            x[i].isSend ? "sending to" : "receiving from",
+                            commDescribeRank(s[i].comm, x[i].peer, who, sizeof(who)),
+                            x[i].doneBytes, x[i].bytes);
+  }
+  return commFail(comm, ncclxRemoteError, "timeout: no progress for %.0f s during %s #%llu, waiting on:%s",
+                  comm->timeoutSec, opName(comm), (unsigned long long)comm->curOpSeq, list);
+}
+
+ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
+  if (n <= 0) return ncclxSuccess;
+  struct xferState stackStates[XFER_STACK_STATES];
+  struct xferState* s = n <= XFER_STACK_STATES ? stackStates : malloc(sizeof(*s) * (size_t)n);
+  if (!s) return commFail(comm, ncclxSystemError, "out of memory for %d transfers", n);
+  for (int i = 0; i < n; i++) {
+    s[i].comm = x[i].comm ? x[i].comm : comm;
+    s[i].chunk = s[i].comm->chunkBytes;
+    s[i].msgsTotal = x[i].bytes == 0 ? 1 : (x[i].bytes + s[i].chunk - 1) / s[i].chunk;
+    s[i].msgsPosted = s[i].msgsDone = 0;
+    s[i].prev = -1;
+    for (int j = i - 1; j >= 0; j--)
+      if (s[j].comm == s[i].comm && x[j].peer == x[i].peer && x[j].isSend == x[i].isSend) {
+        s[i].prev = j;
+        break;
+      }
+    x[i].postedBytes = x[i].doneBytes = 0;
+    x[i].inflight = x[i].head = 0;
+  }
+  ncclxResult_t res = xferSelf(x, s, n);
+  if (res == ncclxSuccess) res = xferConnect(x, s, n);
+
+  double lastProgress = nowSec();
+  unsigned idle = 0;
+  while (res == ncclxSuccess) {
+    int progress = 0, pending = 0;
+    for (int i = 0; i < n && res == ncclxSuccess; i++) {
+      if (s[i].msgsDone == s[i].msgsTotal) continue;
+      res = xferPost(x, s, i, &progress);
+      if (res == ncclxSuccess) res = xferTest(x, s, i, &progress);
+      pending |= s[i].msgsDone != s[i].msgsTotal;
+    }
+    if (res != ncclxSuccess || !pending) break;
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    /* Spin briefly (lowest latency when cores are free), then yield, then sleep in poll(). */
+    if (++idle < 200) continue;
+    if (idle == 200) lastProgress = nowSec(); /* progress stopped a few microseconds ago */
+    if (idle < 400) {
+      sched_yield();
+      continue;
+    }
+    xferSleep(x, s, n, comm);
+    res = xferCheckStuck(x, s, n, comm, lastProgress);
+  }
+  /* On failure, requests still in flight stay with the transport until the connection is
+   * closed; the communicator is unusable from here on. */
+  if (s != stackStates) free(s);
+  return res;
+}
+
+ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
+                           size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
+  ncclxXfer x[2];
+  int n = 0;
+  memset(x, 0, sizeof(x));
+  if (sendPeer >= 0) x[n++] = (ncclxXfer){.peer = sendPeer, .isSend = 1, .buf = (void*)sendBuf, .bytes = sendBytes};
+  if (recvPeer >= 0) x[n++] = (ncclxXfer){.peer = recvPeer, .isSend = 0, .buf = recvBuf, .bytes = recvBytes};
+  return xferRun(comm, x, n);
+}
+
+ncclxResult_t xferSend(struct ncclxComm* comm, int peer, const void* buf, size_t bytes) {
+  return xferSendRecv(comm, peer, buf, bytes, -1, NULL, 0);
+}
+
+ncclxResult_t xferRecv(struct ncclxComm* comm, int peer, void* buf, size_t bytes) {
+  return xferSendRecv(comm, -1, NULL, 0, peer, buf, bytes);
+}
