@@ -43,16 +43,6 @@ static int collReduces(ncclxCollType_t c) {
   return c == NCCLX_COLL_ALLREDUCE || c == NCCLX_COLL_REDUCE || c == NCCLX_COLL_REDUCESCATTER;
 }
 
-static ncclxResult_t checkCommAndStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
-  ncclxResult_t res = commCheckHandle(comm);
-  if (res != ncclxSuccess) return ncclxSetError(res, "%s: %s", fn, ncclxThreadLastError());
-  ncclxLogSetRank(comm->rank);
-  NCCLX_CHECK(commCheckHealthy(comm));
-  res = streamCheckHandle(stream);
-  if (res != ncclxSuccess) return commSetError(comm, res, "%s: %s", fn, ncclxThreadLastError());
-  return ncclxSuccess;
-}
-
 /* Argument errors do not poison the communicator: report them on the thread only, but
  * keep the message reachable through ncclxGetLastError(comm) as well. */
 static ncclxResult_t argError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
@@ -67,6 +57,23 @@ static ncclxResult_t argError(struct ncclxComm* comm, ncclxResult_t res, const c
     snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
   pthread_mutex_unlock(&comm->errLock);
   return res;
+}
+
+static ncclxResult_t checkCommAndStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
+  char why[512];
+  ncclxResult_t res = commCheckHandle(comm);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return ncclxSetError(res, "%s: %s", fn, why);
+  }
+  ncclxLogSetRank(comm->rank);
+  NCCLX_CHECK(commCheckHealthy(comm));
+  res = streamCheckHandle(stream);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return argError(comm, res, "%s: %s", fn, why);
+  }
+  return ncclxSuccess;
 }
 
 static ncclxResult_t checkType(struct ncclxComm* comm, ncclxDataType_t t, const char* fn) {

@@ -131,6 +131,16 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
   return ncclxSuccess;
 }
 
+/* Wait up to 300 ms for an abort notice from another rank. */
+static int xferAwaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
+  double deadline = nowSec() + 0.3;
+  do {
+    if (bootstrapPollAbort(comm->bootstrap, notice, size)) return 1;
+    usleep(5000);
+  } while (nowSec() < deadline);
+  return 0;
+}
+
 static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* progress) {
   struct ncclxComm* comm = s[i].comm;
   while (x[i].inflight > 0) {
@@ -141,7 +151,14 @@ static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* pro
     char who[128];
     if (res != ncclxSuccess) {
       x[i].inflight = 0; /* the transport freed the failed request */
-      return commFail(comm, ncclxRemoteError, "%s closed the connection or failed during %s #%llu (%s %zu of %zu bytes)",
+      /* The peer may only be the messenger: when another rank failed first, it has sent an
+       * abort notice naming the culprit, which we prefer to blaming the closed link. */
+      char notice[1024];
+      if (xferAwaitNotice(comm, notice, sizeof(notice)))
+        return commSetError(comm, ncclxRemoteError, "%s", notice);
+      return commFail(comm, ncclxRemoteError,
+                      "%s closed the connection during %s #%llu (%s %zu of %zu bytes; it exited, "
+                      "failed, or sent more than was expected)",
                       commDescribeRank(comm, x[i].peer, who, sizeof(who)), opName(comm),
                       (unsigned long long)comm->curOpSeq, x[i].isSend ? "sent" : "received",
                       x[i].doneBytes, x[i].bytes);

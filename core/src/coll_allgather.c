@@ -1,0 +1,95 @@
+/* Allgather: ring, recursive doubling (power-of-two rank counts) and Bruck (any count).
+ * recvbuff holds nranks blocks of count elements; in place means sendbuff is this rank's
+ * block of recvbuff. Pure byte moves: no alignment assumptions. */
+#include <string.h>
+
+#include "coll.h"
+#include "debug.h"
+#include "xfer.h"
+
+static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
+                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
+  if (sendBytes == 0) sendPeer = -1;
+  if (recvBytes == 0) recvPeer = -1;
+  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
+  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
+}
+
+static size_t blockBytes(const ncclxCollArgs* a) { return a->count * ncclxTypeSize(a->datatype); }
+
+/* Put this rank's contribution at position pos of recvbuff (memmove: in place may overlap). */
+static void placeOwn(const ncclxCollArgs* a, int pos) {
+  size_t blk = blockBytes(a);
+  char* dst = (char*)a->recvbuff + (size_t)pos * blk;
+  if (dst != a->sendbuff) memmove(dst, a->sendbuff, blk);
+}
+
+ncclxResult_t allgatherRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t blk = blockBytes(a);
+  char* recv = a->recvbuff;
+  if (blk == 0) return ncclxSuccess;
+  placeOwn(a, r);
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  /* Step s forwards the block that arrived in step s-1 (own block first). */
+  for (int s = 0; s < n - 1; s++) {
+    int sb = (r - s + n) % n, rb = (r - s - 1 + n) % n;
+    NCCLX_CHECK(sendRecv(comm, next, recv + (size_t)sb * blk, blk, prev, recv + (size_t)rb * blk,
+                         blk));
+  }
+  return ncclxSuccess;
+}
+
+ncclxResult_t allgatherRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t blk = blockBytes(a);
+  char* recv = a->recvbuff;
+  if (n & (n - 1))
+    return commFail(comm, ncclxInternalError,
+                        "allgather: recursive doubling needs a power-of-two rank count, not %d", n);
+  if (blk == 0) return ncclxSuccess;
+  placeOwn(a, r);
+  /* Before the step at distance mask, each rank holds the aligned window of mask blocks that
+   * contains its own; partners swap windows and both end up with twice as many. */
+  for (int mask = 1; mask < n; mask <<= 1) {
+    int partner = r ^ mask;
+    size_t myLo = (size_t)(r & ~(mask - 1)), pLo = (size_t)(partner & ~(mask - 1));
+    NCCLX_CHECK(sendRecv(comm, partner, recv + myLo * blk, (size_t)mask * blk, partner,
+                         recv + pLo * blk, (size_t)mask * blk));
+  }
+  return ncclxSuccess;
+}
+
+static void reverseBytes(char* p, size_t len) {
+  if (len < 2) return;
+  for (size_t i = 0, j = len - 1; i < j; i++, j--) {
+    char t = p[i];
+    p[i] = p[j];
+    p[j] = t;
+  }
+}
+
+/* Bruck: position i of the working layout holds rank (r+i)'s block. At distance k each rank
+ * sends its first min(k, n-k) blocks to r-k and appends the same number from r+k, so after
+ * ceil(log2 n) steps it has all n. The working layout lives in recvbuff itself and is
+ * rotated into rank order at the end (three reversals: no scratch). */
+ncclxResult_t allgatherBruck(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t blk = blockBytes(a);
+  char* recv = a->recvbuff;
+  if (blk == 0) return ncclxSuccess;
+  placeOwn(a, 0);
+  for (int k = 1; k < n; k <<= 1) {
+    size_t cnt = (size_t)(k < n - k ? k : n - k);
+    NCCLX_CHECK(sendRecv(comm, (r - k + n) % n, recv, cnt * blk, (r + k) % n,
+                         recv + (size_t)k * blk, cnt * blk));
+  }
+  /* Rotate right by r blocks: position i moves to rank (r+i) mod n. */
+  size_t total = (size_t)n * blk, shift = (size_t)r * blk;
+  if (shift) {
+    reverseBytes(recv, total);
+    reverseBytes(recv, shift);
+    reverseBytes(recv + shift, total - shift);
+  }
+  return ncclxSuccess;
+}

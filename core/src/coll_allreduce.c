@@ -1,0 +1,259 @@
+/* Allreduce: ring, recursive doubling, Rabenseifner, and tree (reduce + broadcast).
+ *
+ * Every algorithm leaves bit-identical results on all ranks: either each element is reduced
+ * on exactly one rank and then copied (ring, Rabenseifner, tree), or both partners of an
+ * exchange combine the same two values in the same operand order (recursive doubling: the
+ * lower rank's value is always the left operand). Avg is a Sum finished once on the final
+ * value. Temporary space comes from the comm's scratch buffer in pieces of chunkBytes, so
+ * memory stays bounded whatever the count. */
+#include <string.h>
+
+#include "coll.h"
+#include "debug.h"
+#include "reduce.h"
+#include "xfer.h"
+
+/* Element offset of block i when count elements are split into n near-equal blocks
+ * (the first count % n blocks get one extra element). */
+static size_t blockOff(size_t count, int n, int i) {
+  size_t base = count / (size_t)n, rem = count % (size_t)n, ui = (size_t)i;
+  return ui * base + (ui < rem ? ui : rem);
+}
+static size_t blockLen(size_t count, int n, int i) {
+  return blockOff(count, n, i + 1) - blockOff(count, n, i);
+}
+
+/* Empty halves are skipped; the peer computes the same sizes, so it skips them too. */
+static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
+                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
+  if (sendBytes == 0) sendPeer = -1;
+  if (recvBytes == 0) recvPeer = -1;
+  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
+  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
+}
+
+/* Elements per pipeline piece: one network chunk, at least one element. */
+static size_t pieceElems(const struct ncclxComm* comm, size_t typeSize) {
+  size_t bytes = comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
+  size_t n = bytes / typeSize;
+  return n ? n : 1;
+}
+
+static ncclxResult_t getScratch(struct ncclxComm* comm, size_t bytes, char** out) {
+  *out = commScratch(comm, bytes ? bytes : 1);
+  if (*out) return ncclxSuccess;
+  /* The other ranks are already waiting for this one: fail the comm so they stop too. */
+  return commFail(comm, ncclxSystemError, "allreduce: cannot allocate %zu bytes of scratch",
+                  bytes);
+}
+
+static void copyIfDistinct(void* dst, const void* src, size_t bytes) {
+  if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+/* Send sendCount elements to sendPeer while receiving recvCount elements from recvPeer and
+ * reducing them into dst, in pieces of tmpElems (the peer runs the mirror call, so the
+ * pieces match). peerFirst puts the incoming value on the left of op. */
+static ncclxResult_t exchangeReduce(struct ncclxComm* comm, const ncclxCollArgs* a, int sendPeer,
+                                    const char* src, size_t sendCount, int recvPeer, char* dst,
+                                    size_t recvCount, int peerFirst, char* tmp,
+                                    size_t tmpElems) {
+  size_t sz = ncclxTypeSize(a->datatype);
+  if (sendPeer < 0) sendCount = 0;
+  if (recvPeer < 0) recvCount = 0;
+  size_t total = sendCount > recvCount ? sendCount : recvCount;
+  for (size_t off = 0; off < total; off += tmpElems) {
+    size_t ns = off < sendCount ? sendCount - off : 0;
+    size_t nr = off < recvCount ? recvCount - off : 0;
+    if (ns > tmpElems) ns = tmpElems;
+    if (nr > tmpElems) nr = tmpElems;
+    NCCLX_CHECK(sendRecv(comm, sendPeer, src + off * sz, ns * sz, recvPeer, tmp, nr * sz));
+    if (nr == 0) continue;
+    char* d = dst + off * sz;
+    if (peerFirst)
+      ncclxReduce2(d, tmp, d, nr, a->datatype, a->op);
+    else
+      ncclxReduce2(d, d, tmp, nr, a->datatype, a->op);
+  }
+  return ncclxSuccess;
+}
+
+/* ---------------- ring ---------------- */
+
+/* One ring pass over seg[0, count): reduce-scatter, Avg on the owned block, allgather. */
+static ncclxResult_t ringSegment(struct ncclxComm* comm, const ncclxCollArgs* a,
+                                 const char* send, char* recv, size_t count, char* tmp) {
+  int n = comm->nranks, r = comm->rank;
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  size_t sz = ncclxTypeSize(a->datatype);
+  /* Reduce-scatter: block b starts at rank b (its own input) and travels around the ring,
+   * each rank adding its contribution; after n-1 steps rank r holds block r+1 complete. */
+  for (int s = 0; s < n - 1; s++) {
+    int sb = (r - s + n) % n, rb = (r - s - 1 + n) % n;
+    const char* sp = (s == 0 ? send : recv) + blockOff(count, n, sb) * sz;
+    size_t rlen = blockLen(count, n, rb);
+    NCCLX_CHECK(sendRecv(comm, next, sp, blockLen(count, n, sb) * sz, prev, tmp, rlen * sz));
+    size_t ro = blockOff(count, n, rb) * sz;
+    ncclxReduce2(recv + ro, send + ro, tmp, rlen, a->datatype, a->op);
+  }
+  int own = (r + 1) % n;
+  if (a->op == ncclxAvg)
+    ncclxAvgFinish(recv + blockOff(count, n, own) * sz, blockLen(count, n, own), a->datatype, n);
+  /* Allgather: pass the finished blocks around. */
+  for (int s = 0; s < n - 1; s++) {
+    int sb = (own - s + n) % n, rb = (r - s + n) % n;
+    NCCLX_CHECK(sendRecv(comm, next, recv + blockOff(count, n, sb) * sz,
+                         blockLen(count, n, sb) * sz, prev, recv + blockOff(count, n, rb) * sz,
+                         blockLen(count, n, rb) * sz));
+  }
+  return ncclxSuccess;
+}
+
+ncclxResult_t allreduceRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks;
+  size_t sz = ncclxTypeSize(a->datatype);
+  const char* send = a->sendbuff;
+  char* recv = a->recvbuff;
+  if (a->count == 0) return ncclxSuccess;
+  if (n == 1) {
+    copyIfDistinct(recv, send, a->count * sz);
+    return ncclxSuccess;
+  }
+  /* Segments of n pieces: each step moves at most one piece per rank. */
+  size_t piece = pieceElems(comm, sz);
+  size_t segMax = piece * (size_t)n;
+  char* tmp;
+  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  for (size_t off = 0; off < a->count; off += segMax) {
+    size_t len = a->count - off < segMax ? a->count - off : segMax;
+    NCCLX_CHECK(ringSegment(comm, a, send + off * sz, recv + off * sz, len, tmp));
+  }
+  return ncclxSuccess;
+}
+
+/* ---------------- power-of-two folding (recursive doubling, Rabenseifner) ---------------- */
+
+/* With pof2 the largest power of two <= n and rem = n - pof2, the first 2*rem ranks pair up:
+ * each even one hands its data to the odd one above it and sits out, so pof2 ranks remain.
+ * newRank is the rank among those (-1 for ranks that sit out). */
+typedef struct {
+  int pof2, rem, newRank;
+} foldInfo;
+
+static foldInfo foldMake(int rank, int n) {
+  foldInfo f;
+  f.pof2 = 1;
+  while (f.pof2 * 2 <= n) f.pof2 *= 2;
+  f.rem = n - f.pof2;
+  if (rank < 2 * f.rem)
+    f.newRank = (rank % 2) ? rank / 2 : -1;
+  else
+    f.newRank = rank - f.rem;
+  return f;
+}
+static int foldRealRank(const foldInfo* f, int newRank) {
+  return newRank < f->rem ? newRank * 2 + 1 : newRank + f->rem;
+}
+
+/* Fold in: even ranks below 2*rem send everything to rank+1, which reduces it in. */
+static ncclxResult_t foldIn(struct ncclxComm* comm, const ncclxCollArgs* a, const foldInfo* f,
+                            char* buf, char* tmp, size_t tmpElems) {
+  int r = comm->rank;
+  if (r >= 2 * f->rem) return ncclxSuccess;
+  if (r % 2 == 0)
+    return exchangeReduce(comm, a, r + 1, buf, a->count, -1, NULL, 0, 0, tmp, tmpElems);
+  return exchangeReduce(comm, a, -1, NULL, 0, r - 1, buf, a->count, 1, tmp, tmpElems);
+}
+
+/* Fold out: the odd ranks hand the final result back. */
+static ncclxResult_t foldOut(struct ncclxComm* comm, const ncclxCollArgs* a, const foldInfo* f,
+                             char* buf) {
+  int r = comm->rank;
+  size_t bytes = a->count * ncclxTypeSize(a->datatype);
+  if (r >= 2 * f->rem) return ncclxSuccess;
+  if (r % 2) return sendRecv(comm, r - 1, buf, bytes, -1, NULL, 0);
+  return sendRecv(comm, -1, NULL, 0, r + 1, buf, bytes);
+}
+
+/* ---------------- recursive doubling ---------------- */
+
+ncclxResult_t allreduceRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t sz = ncclxTypeSize(a->datatype);
+  char* recv = a->recvbuff;
+  if (a->count == 0) return ncclxSuccess;
+  copyIfDistinct(recv, a->sendbuff, a->count * sz);
+  if (n == 1) return ncclxSuccess;
+  size_t piece = pieceElems(comm, sz);
+  char* tmp;
+  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  foldInfo f = foldMake(r, n);
+  NCCLX_CHECK(foldIn(comm, a, &f, recv, tmp, piece));
+  if (f.newRank >= 0) {
+    /* Exchange whole vectors with partners at distance 1, 2, 4, ...; the lower rank's value
+     * is the left operand on both sides, so both compute the same bits. */
+    for (int mask = 1; mask < f.pof2; mask <<= 1) {
+      int partner = foldRealRank(&f, f.newRank ^ mask);
+      NCCLX_CHECK(exchangeReduce(comm, a, partner, recv, a->count, partner, recv, a->count,
+                                 partner < r, tmp, piece));
+    }
+    if (a->op == ncclxAvg) ncclxAvgFinish(recv, a->count, a->datatype, n);
+  }
+  return foldOut(comm, a, &f, recv);
+}
+
+/* ---------------- Rabenseifner ---------------- */
+
+ncclxResult_t allreduceRabenseifner(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t sz = ncclxTypeSize(a->datatype), count = a->count;
+  char* recv = a->recvbuff;
+  if (count == 0) return ncclxSuccess;
+  copyIfDistinct(recv, a->sendbuff, count * sz);
+  if (n == 1) return ncclxSuccess;
+  size_t piece = pieceElems(comm, sz);
+  char* tmp;
+  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  foldInfo f = foldMake(r, n);
+  NCCLX_CHECK(foldIn(comm, a, &f, recv, tmp, piece));
+  if (f.newRank >= 0) {
+    int me = f.newRank, p = f.pof2;
+    /* Reduce-scatter by recursive halving over p blocks: at distance mask each rank keeps the
+     * half of its current window on its side of the partner and sends the other half. After
+     * the last step rank `me` owns block `me`. */
+    for (int mask = p / 2; mask >= 1; mask >>= 1) {
+      int partner = foldRealRank(&f, me ^ mask);
+      int lo = me & ~(2 * mask - 1), mid = lo + mask, hi = lo + 2 * mask;
+      int keepLo = (me & mask) ? mid : lo, keepHi = (me & mask) ? hi : mid;
+      int sendLo = (me & mask) ? lo : mid, sendHi = (me & mask) ? mid : hi;
+      size_t so = blockOff(count, p, sendLo), ko = blockOff(count, p, keepLo);
+      NCCLX_CHECK(exchangeReduce(comm, a, partner, recv + so * sz,
+                                 blockOff(count, p, sendHi) - so, partner, recv + ko * sz,
+                                 blockOff(count, p, keepHi) - ko, partner < r, tmp, piece));
+    }
+    if (a->op == ncclxAvg)
+      ncclxAvgFinish(recv + blockOff(count, p, me) * sz, blockLen(count, p, me), a->datatype, n);
+    /* Allgather by recursive doubling: windows of mask blocks merge with the partner's. */
+    for (int mask = 1; mask < p; mask <<= 1) {
+      int pnew = me ^ mask, partner = foldRealRank(&f, pnew);
+      int myLo = me & ~(mask - 1), pLo = pnew & ~(mask - 1);
+      size_t mo = blockOff(count, p, myLo), po = blockOff(count, p, pLo);
+      NCCLX_CHECK(sendRecv(comm, partner, recv + mo * sz,
+                           (blockOff(count, p, myLo + mask) - mo) * sz, partner, recv + po * sz,
+                           (blockOff(count, p, pLo + mask) - po) * sz));
+    }
+  }
+  return foldOut(comm, a, &f, recv);
+}
+
+/* ---------------- tree ---------------- */
+
+ncclxResult_t allreduceTree(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  ncclxCollArgs step = *a;
+  step.root = 0;
+  step.coll = NCCLX_COLL_REDUCE;
+  NCCLX_CHECK(reduceTree(comm, &step)); /* Avg finished at rank 0 */
+  step.coll = NCCLX_COLL_BROADCAST;
+  step.sendbuff = a->recvbuff;
+  return broadcastTree(comm, &step);
+}

@@ -1,0 +1,123 @@
+/* Broadcast (binomial tree, pipelined chain) and reduce (binomial tree).
+ *
+ * Trees are built on root-relative ranks (vrank = rank - root mod n), so any root works.
+ * Large buffers move in pieces of chunkBytes; a broadcast step receives piece j from the
+ * parent while forwarding piece j-1 to the children in the same xferRun, which pipelines
+ * the tree levels. */
+#include <string.h>
+
+#include "coll.h"
+#include "debug.h"
+#include "reduce.h"
+#include "xfer.h"
+
+#define MAX_TREE_CHILDREN 33 /* a binomial tree over < 2^32 ranks, plus the parent */
+
+static size_t pieceBytes(const struct ncclxComm* comm) {
+  return comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
+}
+
+static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
+                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
+  if (sendBytes == 0) sendPeer = -1;
+  if (recvBytes == 0) recvPeer = -1;
+  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
+  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
+}
+
+static int realRank(int vrank, int root, int n) { return (vrank + root) % n; }
+
+/* Pipelined one-to-many copy: receive the buffer from parent (unless < 0) into buf in pieces
+ * and forward each piece to the children. src is what this rank forwards from (the root's
+ * sendbuff, everyone else's buf). */
+static ncclxResult_t pipelineForward(struct ncclxComm* comm, int parent, const int* children,
+                                     int nchildren, const char* src, char* buf, size_t bytes) {
+  size_t piece = pieceBytes(comm);
+  size_t npieces = (bytes + piece - 1) / piece;
+  ncclxXfer x[MAX_TREE_CHILDREN + 1];
+  for (size_t j = 0; j <= npieces; j++) {
+    int nx = 0;
+    if (parent >= 0 && j < npieces) {
+      size_t off = j * piece, len = bytes - off < piece ? bytes - off : piece;
+      x[nx++] = (ncclxXfer){.peer = parent, .isSend = 0, .buf = buf + off, .bytes = len};
+    }
+    if (j >= 1) {
+      size_t off = (j - 1) * piece, len = bytes - off < piece ? bytes - off : piece;
+      for (int c = 0; c < nchildren; c++)
+        x[nx++] = (ncclxXfer){.peer = children[c], .isSend = 1, .buf = (void*)(src + off),
+                              .bytes = len};
+    }
+    if (nx) NCCLX_CHECK(xferRun(comm, x, nx));
+  }
+  return ncclxSuccess;
+}
+
+ncclxResult_t broadcastTree(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank, root = a->root;
+  size_t bytes = a->count * ncclxTypeSize(a->datatype);
+  if (bytes == 0) return ncclxSuccess;
+  int vrank = (r - root + n) % n;
+  /* Parent: clear the lowest set bit. Children: add each lower bit (largest subtree first). */
+  int low = 1;
+  while (low < n && !(vrank & low)) low <<= 1;
+  int parent = vrank ? realRank(vrank - low, root, n) : -1;
+  int children[MAX_TREE_CHILDREN], nchildren = 0;
+  for (int m = low >> 1; m >= 1; m >>= 1)
+    if (vrank + m < n) children[nchildren++] = realRank(vrank + m, root, n);
+  const char* src = vrank ? (const char*)a->recvbuff : (const char*)a->sendbuff;
+  NCCLX_CHECK(pipelineForward(comm, parent, children, nchildren, src, a->recvbuff, bytes));
+  if (vrank == 0 && a->recvbuff != a->sendbuff) memmove(a->recvbuff, a->sendbuff, bytes);
+  return ncclxSuccess;
+}
+
+ncclxResult_t broadcastRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank, root = a->root;
+  size_t bytes = a->count * ncclxTypeSize(a->datatype);
+  if (bytes == 0) return ncclxSuccess;
+  int vrank = (r - root + n) % n;
+  int parent = vrank ? realRank(vrank - 1, root, n) : -1;
+  int next = realRank(vrank + 1, root, n);
+  int nchildren = vrank + 1 < n ? 1 : 0;
+  const char* src = vrank ? (const char*)a->recvbuff : (const char*)a->sendbuff;
+  NCCLX_CHECK(pipelineForward(comm, parent, &next, nchildren, src, a->recvbuff, bytes));
+  if (vrank == 0 && a->recvbuff != a->sendbuff) memmove(a->recvbuff, a->sendbuff, bytes);
+  return ncclxSuccess;
+}
+
+/* Binomial reduce towards root, one piece at a time. Each rank reduces its children's
+ * partial results in increasing distance (a fixed order), so the result does not depend on
+ * timing. Non-root ranks accumulate in scratch: their recvbuff may be NULL. */
+ncclxResult_t reduceTree(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank, root = a->root;
+  size_t sz = ncclxTypeSize(a->datatype);
+  if (a->count == 0) return ncclxSuccess;
+  int vrank = (r - root + n) % n;
+  size_t piece = pieceBytes(comm) / sz;
+  if (piece == 0) piece = 1;
+  char* scratch = commScratch(comm, 2 * piece * sz);
+  if (!scratch)
+    return commFail(comm, ncclxSystemError, "reduce: cannot allocate %zu bytes of scratch",
+                    2 * piece * sz);
+  char* tmp = scratch + piece * sz;
+  for (size_t off = 0; off < a->count; off += piece) {
+    size_t len = a->count - off < piece ? a->count - off : piece;
+    const char* cur = (const char*)a->sendbuff + off * sz;
+    char* acc = vrank == 0 ? (char*)a->recvbuff + off * sz : scratch;
+    for (int mask = 1; mask < n; mask <<= 1) {
+      if (vrank & mask) {
+        NCCLX_CHECK(sendRecv(comm, realRank(vrank - mask, root, n), cur, len * sz, -1, NULL, 0));
+        break;
+      }
+      if (vrank + mask < n) {
+        NCCLX_CHECK(sendRecv(comm, -1, NULL, 0, realRank(vrank + mask, root, n), tmp, len * sz));
+        ncclxReduce2(acc, cur, tmp, len, a->datatype, a->op);
+        cur = acc;
+      }
+    }
+    if (vrank == 0) {
+      if (cur != acc) memmove(acc, cur, len * sz); /* n == 1 */
+      if (a->op == ncclxAvg) ncclxAvgFinish(acc, len, a->datatype, n);
+    }
+  }
+  return ncclxSuccess;
+}

@@ -1,0 +1,101 @@
+/* Reduce-scatter: ring and pairwise. sendbuff holds nranks blocks of recvcount elements;
+ * rank r ends with the reduction of everyone's block r. In place means recvbuff is this
+ * rank's block of sendbuff, which both algorithms read only when reducing into it.
+ * Blocks are processed in pieces of chunkBytes so scratch stays bounded. */
+#include <string.h>
+
+#include "coll.h"
+#include "debug.h"
+#include "reduce.h"
+#include "xfer.h"
+
+static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
+                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
+  if (sendBytes == 0) sendPeer = -1;
+  if (recvBytes == 0) recvPeer = -1;
+  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
+  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
+}
+
+static size_t pieceElems(const struct ncclxComm* comm, size_t typeSize) {
+  size_t bytes = comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
+  size_t n = bytes / typeSize;
+  return n ? n : 1;
+}
+
+static ncclxResult_t getScratch(struct ncclxComm* comm, size_t bytes, char** out) {
+  *out = commScratch(comm, bytes ? bytes : 1);
+  if (*out) return ncclxSuccess;
+  return commFail(comm, ncclxSystemError, "reducescatter: cannot allocate %zu bytes of scratch",
+                  bytes);
+}
+
+/* Avg is a Sum divided once at the end, on the finished block. */
+static ncclxResult_t finish(const struct ncclxComm* comm, const ncclxCollArgs* a) {
+  if (a->op == ncclxAvg) ncclxAvgFinish(a->recvbuff, a->count, a->datatype, comm->nranks);
+  return ncclxSuccess;
+}
+
+static void copyOwnBlock(const struct ncclxComm* comm, const ncclxCollArgs* a) {
+  size_t sz = ncclxTypeSize(a->datatype), bytes = a->count * sz;
+  const char* own = (const char*)a->sendbuff + (size_t)comm->rank * bytes;
+  if (a->recvbuff != own) memmove(a->recvbuff, own, bytes);
+}
+
+/* Ring: the partial sum of block b starts at rank b+1 and moves forward one rank per step,
+ * each rank adding its own contribution, until it reaches rank b after n-1 steps. Partials
+ * alternate between two scratch pieces (one being sent while the other receives). */
+ncclxResult_t reducescatterRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t sz = ncclxTypeSize(a->datatype), rc = a->count;
+  if (rc == 0) return ncclxSuccess;
+  if (n == 1) {
+    copyOwnBlock(comm, a);
+    return finish(comm, a);
+  }
+  const char* send = a->sendbuff;
+  char* recv = a->recvbuff;
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  size_t piece = pieceElems(comm, sz);
+  char* scratch;
+  NCCLX_CHECK(getScratch(comm, 2 * piece * sz, &scratch));
+  char* bufs[2] = {scratch, scratch + piece * sz};
+  for (size_t off = 0; off < rc; off += piece) {
+    size_t len = rc - off < piece ? rc - off : piece, bytes = len * sz;
+#define BLOCK(b) (send + ((size_t)(b) * rc + off) * sz)
+    for (int s = 0; s < n - 1; s++) {
+      int sb = (r - s - 1 + n) % n, rb = (r - s - 2 + 2 * n) % n;
+      const char* sp = s == 0 ? BLOCK(sb) : bufs[(s - 1) % 2];
+      char* rp = bufs[s % 2];
+      NCCLX_CHECK(sendRecv(comm, next, sp, bytes, prev, rp, bytes));
+      char* dst = s == n - 2 ? recv + off * sz : rp; /* the last one is block r: done */
+      ncclxReduce2(dst, BLOCK(rb), rp, len, a->datatype, a->op);
+    }
+#undef BLOCK
+  }
+  return finish(comm, a);
+}
+
+/* Pairwise: in step k every rank sends block r+k to its owner and reduces what r-k sent for
+ * its own block. */
+ncclxResult_t reducescatterPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t sz = ncclxTypeSize(a->datatype), rc = a->count;
+  if (rc == 0) return ncclxSuccess;
+  copyOwnBlock(comm, a);
+  if (n == 1) return finish(comm, a);
+  const char* send = a->sendbuff;
+  char* recv = a->recvbuff;
+  size_t piece = pieceElems(comm, sz);
+  char* tmp;
+  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  for (size_t off = 0; off < rc; off += piece) {
+    size_t len = rc - off < piece ? rc - off : piece, bytes = len * sz;
+    for (int k = 1; k < n; k++) {
+      int dst = (r + k) % n, src = (r - k + n) % n;
+      NCCLX_CHECK(sendRecv(comm, dst, send + ((size_t)dst * rc + off) * sz, bytes, src, tmp, bytes));
+      ncclxReduce2(recv + off * sz, recv + off * sz, tmp, len, a->datatype, a->op);
+    }
+  }
+  return finish(comm, a);
+}

@@ -1,0 +1,54 @@
+/*
+ * The intra-host shared-memory transport, network plugin name "shm".
+ *
+ * It implements the network plugin ABI (ncclx/net.h), so the progress engine drives it like
+ * any network; the core uses it for peers on the same host. Built into the core as
+ * ncclxNetShm, or with -DNCCLX_NET_SHM_STANDALONE (net_shm.c + shm_*.c) into a plugin that
+ * exports ncclxNetPlugin_v1. It uses only libc, the public headers and env->log/config.
+ *
+ * Connections. listen() creates /dev/shm/ncclx-<pid>-<hex> holding 64 mailboxes; the handle
+ * carries its name, a random nonce and the listener's pid. connect() creates the connection
+ * segment (ring of slots) and two doorbell FIFOs, posts their name in a mailbox and returns
+ * at once. accept() checks the nonce (a handle of another job is refused), maps the segment,
+ * unlinks every name (a crash leaves nothing in /dev/shm), and chooses the copy mode.
+ * init() removes /dev/shm/ncclx-<pid>-* objects whose creator pid no longer exists.
+ *
+ * Messages (in order, one ring per connection; see shm_data.c):
+ *   <= slot size:           copied into a slot and out again; <= 32 B ride with the flag.
+ *   larger, CMA available:  the receiver reads the sender's buffer with process_vm_readv
+ *                           (in cma_chunk_bytes pieces) straight into the user buffer.
+ *   larger, no CMA:         pipelined through the ring in slot-sized fragments.
+ * A receive may be larger than the send (test() reports the real size); a send larger than
+ * the posted receive fails the receiver (and a CMA sender) with ncclxRemoteError.
+ *
+ * Waiting: no system call on the fast path. After SHM_ARM_IDLE (128) consecutive test()
+ * calls without progress a side sets its "sleeping" flag and the peer then writes one byte
+ * to the doorbell FIFO that getPollFd returns (an epoll set with the peer's pidfd, so a
+ * sleeper also wakes when the peer dies). A caller that polls earlier may be woken late,
+ * bounded by its poll timeout. While idle, test() checks every 5 ms that the peer still
+ * exists (pidfd, else kill + /proc) and has not closed: then ncclxRemoteError.
+ *
+ * [net.shm] keys (environment NCCLX_NET_SHM_<KEY>):
+ *   buffer_bytes     payload area of one connection, split into `slots` slots. Size,
+ *                    64K .. 1G. Default 1M: 64 slots of 16 KiB, 1.01 MiB of shared memory per
+ *                    connection, created by the sender. At 8 ranks a rank creates 7 of them
+ *                    per communicator: ~7.1 MiB per rank (each mapped by both ends).
+ *   slots            slots per connection, a power of two 4 .. 4096. Default 64.
+ *   single_copy      auto (CMA when process_vm_readv works, probed on each connection),
+ *                    cma (required: a connection where it fails is refused with
+ *                    ncclxInvalidUsage), none (always double copy). Default auto. Either
+ *                    side's "none" wins.
+ *   cma_chunk_bytes  bytes per process_vm_readv call. Size, 4K .. 1G. Default 1M.
+ */
+#ifndef NCCLX_NET_SHM_H
+#define NCCLX_NET_SHM_H
+
+#include "ncclx/net.h"
+
+extern const ncclxNet_v1_t ncclxNetShm;
+
+/* Test hook: copy mode of a sendComm or recvComm: 1 single copy (CMA), 2 double copy,
+ * 0 not known yet (a sendComm whose receiver has not accepted), -1 not a shm comm. */
+int ncclxShmCommMode(void* comm);
+
+#endif

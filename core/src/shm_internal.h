@@ -1,0 +1,270 @@
+/* Internals of the shared-memory transport (net_shm.c and shm_*.c): shared-memory layouts,
+ * comm and request structures, and the helpers the files share. Nothing here is used by the
+ * rest of the core; see net_shm.h for the public side and the protocol description.
+ *
+ * Self-contained like a plugin: only libc, the public ncclx headers and env->log. */
+#ifndef NCCLX_SHM_INTERNAL_H
+#define NCCLX_SHM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ncclx/net.h"
+
+#define SHM_LINE 64
+#define SHM_PAGE 4096
+#define SHM_VERSION 1
+#define SHM_NAME_MAX 40 /* "/ncclx-<pid>-<16 hex>" and NUL */
+#define SHM_PATH_MAX 64 /* doorbell FIFO paths */
+#define SHM_MAILBOXES 64
+#define SHM_QUEUE 64 /* requests per comm; >= NCCLX_NET_MAX_REQUESTS */
+#define SHM_TINY_BYTES 32
+#define SHM_PROBE_BYTES 16
+#define SHM_DIR "/dev/shm"
+#define SHM_PREFIX "ncclx-"
+
+/* Defaults and limits of the [net.shm] keys. */
+#define SHM_DEFAULT_BUFFER_BYTES ((size_t)1 << 20)
+#define SHM_DEFAULT_SLOTS 64
+#define SHM_DEFAULT_CMA_CHUNK ((size_t)1 << 20)
+#define SHM_MIN_SLOT_PAYLOAD ((size_t)1024)
+#define SHM_MAX_MESSAGE ((size_t)1 << 30)
+
+/* Progress heuristics. */
+#define SHM_ARM_IDLE 128                        /* idle test() calls before arming the doorbell */
+#define SHM_PEER_CHECK_NS (5ull * 1000000ull)   /* liveness check period while idle */
+#define SHM_CMA_BUDGET ((size_t)4 << 20)        /* bytes one test() copies before returning */
+
+#define SHM_HANDLE_MAGIC 0x4d48534eu /* "NSHM" */
+#define SHM_LISTEN_MAGIC 0x4e5453494c4d4853ull
+#define SHM_CONN_MAGIC 0x4e4e4f434d4d4853ull
+#define SHM_KIND_LISTEN 0x4c4d4853u
+#define SHM_KIND_SEND 0x534d4853u
+#define SHM_KIND_RECV 0x524d4853u
+#define SHM_REQ_MAGIC 0x514d4853u
+
+enum { SHM_PREF_AUTO = 0, SHM_PREF_CMA = 1, SHM_PREF_NONE = 2 };
+enum { SHM_MODE_UNKNOWN = 0, SHM_MODE_CMA = 1, SHM_MODE_COPY = 2 };
+enum { SHM_BOX_FREE = 0, SHM_BOX_CLAIMED = 1, SHM_BOX_POSTED = 2 };
+enum { SHM_RECV_PENDING = 0, SHM_RECV_ATTACHED = 1, SHM_RECV_REFUSED = 2, SHM_RECV_CLOSED = 3,
+       SHM_RECV_FAILED = 4 };
+enum { SHM_MSG_INLINE = 1, SHM_MSG_CMA = 2, SHM_MSG_FRAG_FIRST = 3, SHM_MSG_FRAG_NEXT = 4 };
+enum { SHM_STATUS_OK = 0, SHM_STATUS_TOO_BIG = 1, SHM_STATUS_CMA_FAILED = 2 };
+
+/* What listen() hands out (at most NCCLX_NET_HANDLE_MAXSIZE bytes). */
+typedef struct {
+  uint32_t magic;
+  uint32_t version;
+  int32_t pid; /* the listener */
+  uint32_t reserved;
+  uint64_t nonce;
+  char name[SHM_NAME_MAX]; /* the listen segment */
+} shmHandle;
+_Static_assert(sizeof(shmHandle) <= NCCLX_NET_HANDLE_MAXSIZE, "shm handle too large");
+
+/* ---- Listen segment: a header and mailboxes where senders drop their segment's name. ---- */
+typedef struct {
+  _Atomic uint32_t state; /* SHM_BOX_* */
+  int32_t pid;            /* the sender */
+  uint64_t nonce;         /* the listen nonce, as the sender's handle has it */
+  char name[SHM_NAME_MAX];
+  char pad[8];
+} shmMailbox;
+_Static_assert(sizeof(shmMailbox) == SHM_LINE, "mailbox is one cache line");
+
+typedef struct {
+  uint64_t magic;
+  uint32_t version;
+  int32_t pid;
+  uint64_t nonce;
+  _Atomic uint32_t closed;
+  uint32_t nbox;
+  _Alignas(SHM_LINE) shmMailbox box[SHM_MAILBOXES];
+} shmListenSeg;
+
+/* ---- Connection segment, created by the sender: header, slot headers, payloads. ---- */
+
+/* Line A of a slot: written by the sender. */
+typedef struct {
+  _Atomic uint64_t full; /* seq + 1 once use number `seq` of this slot is published */
+  uint64_t size;         /* the whole message's size, in every slot of it */
+  uint64_t addr;         /* SHM_MSG_CMA: where the message is in the sender */
+  int32_t tag;
+  uint32_t kind; /* SHM_MSG_* */
+  uint8_t tiny[SHM_TINY_BYTES]; /* inline messages this small skip the payload area */
+} shmSlotSend;
+_Static_assert(sizeof(shmSlotSend) == SHM_LINE, "slot line A is one cache line");
+
+/* Line B of a slot: written by the receiver. */
+typedef struct {
+  _Atomic uint64_t done; /* seq + 1 once consumed; for SHM_MSG_CMA the sender's ack */
+  _Atomic uint32_t status; /* SHM_STATUS_*, valid with done */
+  char pad[SHM_LINE - 12];
+} shmSlotRecv;
+_Static_assert(sizeof(shmSlotRecv) == SHM_LINE, "slot line B is one cache line");
+
+typedef struct {
+  shmSlotSend s;
+  shmSlotRecv r;
+} shmSlot;
+
+typedef struct {
+  /* Written by the sender before it posts the mailbox; read-only afterwards. */
+  uint64_t magic;
+  uint32_t version;
+  uint32_t nslots;
+  uint64_t payloadBytes; /* per slot */
+  uint64_t nonce;        /* the listen nonce: a segment of another job never matches */
+  int32_t senderPid;
+  int32_t senderPref; /* SHM_PREF_* from the sender's single_copy */
+  uint64_t probeAddr; /* SHM_PROBE_BYTES in the sender equal to probe[]: the CMA test */
+  uint8_t probe[SHM_PROBE_BYTES];
+  char bellRecv[SHM_PATH_MAX]; /* FIFO the sender rings to wake the receiver */
+  char bellSend[SHM_PATH_MAX]; /* FIFO the receiver rings to wake the sender */
+  /* Written by the receiver. */
+  _Alignas(SHM_LINE) _Atomic uint32_t recvState; /* SHM_RECV_* */
+  uint32_t mode;                                 /* SHM_MODE_*, valid once ATTACHED */
+  int32_t recvPid;
+  /* Written by the sender. */
+  _Alignas(SHM_LINE) _Atomic uint32_t sendClosed;
+  /* Sleeping flags: set by the side going to sleep, cleared by the side that rings it. */
+  _Alignas(SHM_LINE) _Atomic uint32_t recvSleeping;
+  _Alignas(SHM_LINE) _Atomic uint32_t sendSleeping;
+} shmConnHdr;
+_Static_assert(sizeof(shmConnHdr) <= SHM_PAGE, "connection header fits a page");
+
+/* Byte offsets inside a connection segment. */
+static inline size_t shmSlotsOffset(void) { return SHM_PAGE; }
+static inline size_t shmPayloadOffset(uint32_t nslots) {
+  size_t end = SHM_PAGE + (size_t)nslots * sizeof(shmSlot);
+  return (end + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
+}
+static inline size_t shmConnBytes(uint32_t nslots, size_t payloadBytes) {
+  return shmPayloadOffset(nslots) + (size_t)nslots * payloadBytes;
+}
+
+/* ---- Process-local objects. ---- */
+typedef struct {
+  ncclxLogger_t log;
+  size_t bufferBytes; /* payload area per connection */
+  uint32_t nslots;
+  int pref;        /* SHM_PREF_* */
+  size_t cmaChunk; /* bytes per process_vm_readv call */
+  int cmaLocalErr; /* errno of the self-test at init, 0 when CMA works in this process */
+  atomic_int loggedMode; /* last mode announced at INFO, to log each change once */
+} shmCtx;
+
+enum { SHM_REQ_FREE = 0, SHM_REQ_POSTED, SHM_REQ_WAIT_ACK, SHM_REQ_DONE };
+
+typedef struct shmComm shmComm;
+
+typedef struct {
+  uint32_t magic;
+  int state; /* SHM_REQ_* */
+  shmComm* comm;
+  char* data;
+  size_t size; /* send: message size; recv: buffer size */
+  size_t off;  /* bytes published (send) or received (recv) so far */
+  size_t got;  /* recv: the message's real size, once its first slot is seen */
+  uint64_t ackSeq; /* send, SHM_MSG_CMA: the slot use whose `done` acks it */
+  int started;
+  int tag;
+} shmReq;
+
+struct shmComm {
+  uint32_t kind; /* SHM_KIND_*: first, so a void* can be checked */
+  shmCtx* ctx;
+  shmConnHdr* hdr;
+  size_t mapBytes;
+  shmSlot* slots;
+  char* payload;
+  size_t payloadBytes;
+  uint32_t nslots;
+  uint64_t mask;
+  int mode;
+  _Atomic uint32_t* mySleeping;
+  _Atomic uint32_t* peerSleeping;
+  int bellWait; /* FIFO we sleep on */
+  int bellRing; /* FIFO that wakes the peer */
+  int pidfd;    /* the peer's, or -1 */
+  int epfd;     /* bellWait + pidfd, for getPollFd; -1 until asked */
+  pid_t peerPid;
+  uint64_t seq;       /* send: next slot use to publish; recv: next to consume */
+  uint64_t freeLimit; /* send: slot uses below this are known free */
+  uint64_t first, next, cursor; /* request ring: oldest live, next to post, next to progress */
+  ncclxResult_t err;
+  unsigned idle;
+  int armed;
+  uint64_t lastCheckNs;
+  /* Sender only. */
+  int attached;
+  shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
+  char name[SHM_NAME_MAX];
+  uint8_t probe[SHM_PROBE_BYTES]; /* what the receiver's CMA test reads */
+  shmReq reqs[SHM_QUEUE];
+};
+
+typedef struct {
+  uint32_t kind;
+  shmCtx* ctx;
+  shmListenSeg* seg;
+  uint64_t nonce;
+  unsigned nextBox;
+  char name[SHM_NAME_MAX];
+} shmListenComm;
+
+#define SHM_LOG(ctx, level, ...) \
+  (ctx)->log((level), NCCLX_LOG_SHM | NCCLX_LOG_NET, __FILE__, __LINE__, __VA_ARGS__)
+#define SHM_WARN(ctx, ...) SHM_LOG(ctx, NCCLX_LOG_WARN, "NET/SHM: " __VA_ARGS__)
+#define SHM_INFO(ctx, ...) SHM_LOG(ctx, NCCLX_LOG_INFO, "NET/SHM: " __VA_ARGS__)
+#define SHM_TRACE(ctx, ...) SHM_LOG(ctx, NCCLX_LOG_TRACE, "NET/SHM: " __VA_ARGS__)
+
+/* ---- shm_os.c: operating-system helpers. ---- */
+uint64_t shmNowNs(void);
+uint64_t shmRandom64(void);
+/* A fresh segment name "/ncclx-<pid>-<hex>" and its path under /dev/shm. */
+void shmNewName(char name[SHM_NAME_MAX]);
+/* Create (O_EXCL) and map a zero-filled segment; returns 0 or an errno. */
+int shmSegCreate(const char* name, size_t bytes, void** ptr);
+/* Map an existing segment of at least minBytes; *bytes gets its real size. 0 or an errno. */
+int shmSegOpen(const char* name, size_t minBytes, void** ptr, size_t* bytes);
+/* Doorbells: FIFOs opened O_RDWR|O_NONBLOCK, so neither side ever blocks on them. */
+int shmBellCreate(const char* path, int* fd);
+int shmBellOpen(const char* path, int* fd);
+void shmBellRing(int fd);
+void shmBellDrain(int fd);
+/* A pidfd for pid, or -1 when the kernel has none. */
+int shmPidOpen(pid_t pid);
+/* 1 while pid runs (a zombie counts as gone), 0 once it has exited. */
+int shmPeerAlive(pid_t pid, int pidfd);
+/* Remove /dev/shm/ncclx-<pid>-* objects whose creator pid no longer exists. */
+int shmCleanStale(shmCtx* ctx);
+/* process_vm_readv of len bytes: bytes copied (may be short), or -errno. */
+ssize_t shmCmaRead(pid_t pid, void* local, uint64_t remote, size_t len);
+
+/* ---- shm_conn.c: connection setup and teardown. ---- */
+ncclxResult_t shmListen(void* ctx, int dev, void* handle, void** listenComm);
+ncclxResult_t shmConnect(void* ctx, int dev, const void* handle, void** sendComm);
+ncclxResult_t shmAccept(void* listenComm, void** recvComm);
+ncclxResult_t shmCloseSend(void* sendComm);
+ncclxResult_t shmCloseRecv(void* recvComm);
+ncclxResult_t shmCloseListen(void* listenComm);
+/* Sender: notices the receiver attaching (or refusing); returns the comm's error state. */
+ncclxResult_t shmCheckAttached(shmComm* c);
+/* "pid N": who the peer is, for messages. */
+const char* shmPeerName(const shmComm* c, char* buf, size_t len);
+
+/* ---- shm_data.c: data path. ---- */
+ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                       void* phandle, void** request);
+ncclxResult_t shmIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                       void** mhandles, void** phandles, void** request);
+ncclxResult_t shmTest(void* request, int* done, size_t* sizes);
+ncclxResult_t shmGetPollFd(void* comm, int* fd);
+/* Marks c failed with err (sticky), tells the peer, and logs why at WARN. */
+ncclxResult_t shmFail(shmComm* c, ncclxResult_t err, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,290 @@
+/* Fault behaviour of a 4-rank communicator whose ranks are forked children of this process
+ * (not mpirun, which would tear the job down when a rank dies).
+ *
+ *   fault_kill kill          rank 2 SIGKILLs itself after allreduce 5; the survivors' next
+ *                            allreduce fails (RemoteError; SystemError/InternalError are
+ *                            accepted and reported) within [core] timeout_s = 20, and their
+ *                            ncclxGetLastError(comm) names "rank 2".
+ *   fault_kill abort         rank 1 blocks in an allreduce nobody else joins; a second thread
+ *                            calls ncclxCommAbort; the allreduce fails within 2.5 s of it.
+ *   fault_kill timeout       timeout_s = 3, rank 3 stops calling collectives after a first
+ *                            allreduce: the others fail in 1.5-12 s with "timeout"/"timed
+ *                            out"/"no progress" in the message.
+ *   fault_kill timeout-cold  same, but rank 3 never joins any collective (no connection to it
+ *                            exists yet).
+ *
+ * Each child checks its own conditions and exits 0 or 1; the parent checks exit statuses
+ * and a wall-clock bound. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mp_fork.h"
+#include "mp_util.h"
+
+#define NRANKS 4
+#define COUNT (1u << 18) /* 1 MiB of float32 */
+
+static mpJob g_job;
+static double g_timeout; /* seconds, the [core] timeout_s this scenario runs with */
+
+static int failf(int rank, const char* fmt, const char* a) {
+  fprintf(stderr, "rank %d: FAIL: ", rank);
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, "\n");
+  return 1;
+}
+
+static ncclxComm_t initRank(int rank, ncclxUniqueId id) {
+  ncclxComm_t comm = NULL;
+  MP_CALL(rank, NULL, ncclxCommInitRank(&comm, NRANKS, id, rank));
+  return comm;
+}
+
+static void fillInput(float* s, int rank, int it) {
+  for (size_t i = 0; i < COUNT; i++) s[i] = (float)(rank + it + (int)(i % 3));
+}
+
+/* Sum over 4 ranks of rank + it + i%3. */
+static size_t countWrong(const float* r, int it) {
+  size_t bad = 0;
+  for (size_t i = 0; i < COUNT; i++) bad += r[i] != (float)(6 + 4 * it + 4 * (int)(i % 3));
+  return bad;
+}
+
+/* The checks every rank that saw a failure makes; returns the number of problems. */
+static int checkFailure(int rank, ncclxComm_t comm, ncclxResult_t res, double elapsed,
+                        double maxElapsed, const char* mustMention) {
+  int bad = 0;
+  const char* msg = ncclxGetLastError(comm);
+  printf("rank %d: allreduce failed after %.2f s with %s: \"%s\"\n", rank, elapsed,
+         ncclxGetErrorString(res), msg);
+  if (res == ncclxSystemError || res == ncclxInternalError)
+    printf("rank %d: note: accepted %s (ncclxRemoteError preferred)\n", rank, ncclxGetErrorString(res));
+  else if (res != ncclxRemoteError)
+    bad += failf(rank, "unexpected result %s", ncclxGetErrorString(res));
+  if (elapsed > maxElapsed) {
+    char d[64];
+    snprintf(d, sizeof d, "%.2f s", elapsed);
+    bad += failf(rank, "failure took %s, longer than the bound", d);
+  }
+  if (mustMention && !mpContainsCI(msg, mustMention)) bad += failf(rank, "message does not mention \"%s\"", mustMention);
+  ncclxResult_t async = ncclxSuccess;
+  if (ncclxCommGetAsyncError(comm, &async) != ncclxSuccess || async == ncclxSuccess)
+    bad += failf(rank, "ncclxCommGetAsyncError does not report the failure (%s)", ncclxGetErrorString(async));
+  double t0 = mpNow();
+  ncclxResult_t ar = ncclxCommAbort(comm);
+  if (ar != ncclxSuccess) bad += failf(rank, "ncclxCommAbort returned %s", ncclxGetErrorString(ar));
+  if (mpNow() - t0 > 5.0) bad += failf(rank, "ncclxCommAbort took more than %s", "5 s");
+  return bad;
+}
+
+/* ---------------------------------------------------------------- kill */
+
+static int killRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  float* s = malloc(COUNT * sizeof(float));
+  float* r = malloc(COUNT * sizeof(float));
+  for (int it = 0; it < 40; it++) {
+    fillInput(s, rank, it);
+    double t0 = mpNow();
+    ncclxResult_t res = ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL);
+    double dt = mpNow() - t0;
+    if (res == ncclxSuccess) {
+      size_t wrong = countWrong(r, it);
+      if (wrong) {
+        char d[32];
+        snprintf(d, sizeof d, "%zu", wrong);
+        return failf(rank, "%s wrong elements in a successful allreduce", d);
+      }
+      if (rank == 2 && it == 5) {
+        printf("rank 2: killing myself after allreduce %d\n", it);
+        fflush(stdout);
+        raise(SIGKILL);
+      }
+      if (it >= 6) return failf(rank, "allreduce %s succeeded without rank 2", it == 6 ? "6" : ">6");
+      continue;
+    }
+    printf("rank %d: allreduce %d failed\n", rank, it);
+    if (rank == 2) return failf(rank, "rank 2 failed %s before it was killed", "");
+    if (it < 5) return failf(rank, "allreduce failed %s while every rank was alive", "");
+    int bad = checkFailure(rank, comm, res, dt, g_timeout + 10.0, "rank 2");
+    free(s);
+    free(r);
+    return bad ? 1 : 0;
+  }
+  return failf(rank, "the allreduce never failed %s", "");
+}
+
+static int runKill(void) {
+  double t0 = mpNow();
+  ncclxUniqueId id;
+  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, killRank, id, NULL);
+  int all[NRANKS] = {0, 1, 2, 3};
+  double bound = g_timeout + 40.0; /* init + 6 allreduces + detection + abort */
+  mpJobWait(&g_job, all, NRANKS, t0 + bound);
+  int bad = 0;
+  char d[96];
+  for (int r = 0; r < NRANKS; r++) {
+    int ok = r == 2 ? mpKilledBy(&g_job, r, SIGKILL) : mpExitedZero(&g_job, r);
+    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
+    bad += !ok;
+  }
+  if (mpJobKillRest(&g_job)) printf("parent: FAIL: ranks still running after %.0f s were killed\n", bound);
+  printf("parent: kill scenario took %.1f s\n", mpNow() - t0);
+  return bad ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- abort */
+
+typedef struct {
+  ncclxComm_t comm;
+  double start, end;
+  ncclxResult_t res;
+} AbortCall;
+
+static void* abortLater(void* p) {
+  AbortCall* a = p;
+  usleep(1000000);
+  a->start = mpNow();
+  a->res = ncclxCommAbort(a->comm);
+  a->end = mpNow();
+  return NULL;
+}
+
+static int abortRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  if (rank != 1) {
+    /* Stay in the communicator without calling anything until rank 1 is done. */
+    if (mpWaitRelease(&g_job, 60.0) != 0) return failf(rank, "never released %s", "");
+    ncclxCommAbort(comm);
+    return 0;
+  }
+  float* s = calloc(COUNT, sizeof(float));
+  float* r = calloc(COUNT, sizeof(float));
+  AbortCall a = {comm, 0, 0, ncclxSuccess};
+  pthread_t th;
+  pthread_create(&th, NULL, abortLater, &a);
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL);
+  double t1 = mpNow();
+  pthread_join(th, NULL);
+  /* comm is gone after the abort: only the thread's message is safe to read. */
+  printf("rank 1: allreduce returned %s after %.2f s (abort called at %.2f s, returned %s after %.2f s): \"%s\"\n",
+         ncclxGetErrorString(res), t1 - t0, a.start - t0, ncclxGetErrorString(a.res), a.end - a.start,
+         ncclxGetLastError(NULL));
+  int bad = 0;
+  if (res == ncclxSuccess) bad += failf(rank, "allreduce %s succeeded although no other rank joined", "");
+  if (t1 < a.start) bad += failf(rank, "allreduce returned %s before ncclxCommAbort was called", "");
+  if (t1 - a.start > 2.5) bad += failf(rank, "allreduce returned more than %s after ncclxCommAbort", "2.5 s");
+  if (a.res != ncclxSuccess) bad += failf(rank, "ncclxCommAbort returned %s", ncclxGetErrorString(a.res));
+  if (a.end - a.start > 2.5) bad += failf(rank, "ncclxCommAbort took more than %s", "2.5 s");
+  free(s);
+  free(r);
+  return bad ? 1 : 0;
+}
+
+static int runAbort(void) {
+  double t0 = mpNow();
+  ncclxUniqueId id;
+  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, abortRank, id, NULL);
+  int one[1] = {1}, all[NRANKS] = {0, 1, 2, 3};
+  mpJobWait(&g_job, one, 1, t0 + 40.0);
+  mpJobRelease(&g_job);
+  mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
+  int bad = 0;
+  char d[96];
+  for (int r = 0; r < NRANKS; r++) {
+    int ok = mpExitedZero(&g_job, r);
+    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
+    bad += !ok;
+  }
+  mpJobKillRest(&g_job);
+  printf("parent: abort scenario took %.1f s\n", mpNow() - t0);
+  return bad ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- timeout */
+
+static int timeoutRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks;
+  int warm = *(int*)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  float* s = malloc(COUNT * sizeof(float));
+  float* r = malloc(COUNT * sizeof(float));
+  if (warm) {
+    fillInput(s, rank, 0);
+    MP_CALL(rank, comm, ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL));
+    if (countWrong(r, 0)) return failf(rank, "warm-up allreduce %s gave wrong data", "");
+  }
+  if (rank == 3) {
+    if (mpWaitRelease(&g_job, 60.0) != 0) return failf(rank, "never released %s", "");
+    ncclxCommAbort(comm);
+    return 0;
+  }
+  fillInput(s, rank, 1);
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL);
+  double dt = mpNow() - t0;
+  if (res == ncclxSuccess) return failf(rank, "allreduce %s succeeded without rank 3", "");
+  const char* msg = ncclxGetLastError(comm);
+  int bad = 0;
+  if (!mpContainsCI(msg, "timeout") && !mpContainsCI(msg, "timed out") && !mpContainsCI(msg, "no progress"))
+    bad += failf(rank, "message does not say %s", "\"timeout\", \"timed out\" or \"no progress\"");
+  if (dt < 1.5) bad += failf(rank, "failed before the %s timeout could expire", "3 s");
+  bad += checkFailure(rank, comm, res, dt, 12.0, NULL);
+  free(s);
+  free(r);
+  return bad ? 1 : 0;
+}
+
+static int runTimeout(int warm) {
+  double t0 = mpNow();
+  ncclxUniqueId id;
+  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, timeoutRank, id, &warm);
+  int active[3] = {0, 1, 2}, all[NRANKS] = {0, 1, 2, 3};
+  mpJobWait(&g_job, active, 3, t0 + 45.0);
+  mpJobRelease(&g_job);
+  mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
+  int bad = 0;
+  char d[96];
+  for (int r = 0; r < NRANKS; r++) {
+    int ok = mpExitedZero(&g_job, r);
+    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
+    bad += !ok;
+  }
+  mpJobKillRest(&g_job);
+  printf("parent: timeout scenario took %.1f s\n", mpNow() - t0);
+  return bad ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  const char* sc = argc > 1 ? argv[1] : "";
+  int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
+  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort")) {
+    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold\n", argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  /* Before any ncclx call: the configuration is read once per process and children
+   * inherit it. */
+  g_timeout = isTimeout ? 3.0 : 20.0;
+  setenv("NCCLX_CORE_TIMEOUT_S", isTimeout ? "3" : "20", 1);
+  /* SIGPIPE keeps its default action: a write to a dead peer must not kill a survivor. */
+  mpJobInit(&g_job, NRANKS);
+  printf("fault_kill %s: %d forked ranks, timeout_s=%.0f\n", sc, NRANKS, g_timeout);
+  int rc;
+  if (!strcmp(sc, "kill")) rc = runKill();
+  else if (!strcmp(sc, "abort")) rc = runAbort();
+  else rc = runTimeout(!strcmp(sc, "timeout"));
+  printf("fault_kill %s: %s\n", sc, rc ? "FAIL" : "PASS");
+  return rc;
+}
