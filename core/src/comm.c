@@ -11,6 +11,7 @@
 #include "debug.h"
 #include "peers.h"
 #include "prof.h"
+#include "transport.h"
 #include "tune.h"
 
 #define API __attribute__((visibility("default")))
@@ -127,6 +128,19 @@ static uint64_t hashMix(uint64_t h, uint64_t v) {
   return h;
 }
 
+/* Ranks in different network namespaces count as different hosts (that is how tests
+ * emulate a cluster on one machine), so the identity is the hostname plus the namespace. */
+static uint64_t hostIdentity(const char* hostname) {
+  uint64_t h = hashString(0xcbf29ce484222325ull, hostname);
+  char ns[64];
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+  if (n > 0) {
+    ns[n] = '\0';
+    h = hashString(h, ns);
+  }
+  return h;
+}
+
 /* Settings from ncclx.ini, overridden by the user's ncclxConfig_t. */
 static ncclxResult_t commReadSettings(struct ncclxComm* comm, const ncclxConfig_t* config) {
   long timeout = 600, lazy = 1;
@@ -176,8 +190,7 @@ static void commFreeResources(struct ncclxComm* comm) {
   peersClose(comm);
   tuneCommFinalize(comm);
   profCommFinalize(comm);
-  if (comm->net.net) ncclxNetRelease();
-  comm->net.net = NULL;
+  transportsClose(comm);
   if (comm->bootstrap) bootstrapRelease(comm->bootstrap);
   comm->bootstrap = NULL;
   free(comm->peerInfo);
@@ -212,18 +225,7 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
   comm->commHash = commHash;
   if (!comm->name[0]) snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)commHash);
 
-  NCCLX_CHECK(ncclxNetAcquire(&comm->net));
-  long dev = 0;
-  NCCLX_CHECK(ncclxConfigGetInt("net", "device", 0, 0, 1 << 20, &dev));
-  if (dev >= comm->net.ndev)
-    return ncclxSetError(ncclxInvalidUsage, "[net] device = %ld but network '%s' has %d device(s)",
-                         dev, comm->net.net->name, comm->net.ndev);
-  comm->netDev = (int)dev;
-  ncclxNetProperties_t props;
-  memset(&props, 0, sizeof(props));
-  NCCLX_CHECK(comm->net.net->getProperties(comm->net.ctx, comm->netDev, &props));
-  comm->maxMessageBytes = props.maxMessageBytes ? props.maxMessageBytes : (size_t)1 << 30;
-  if (comm->chunkBytes > comm->maxMessageBytes) comm->chunkBytes = comm->maxMessageBytes;
+  NCCLX_CHECK(transportsOpen(comm));
 
   comm->peerInfo = calloc((size_t)comm->nranks, sizeof(*comm->peerInfo));
   comm->conns = calloc((size_t)comm->nranks, sizeof(*comm->conns));
@@ -235,7 +237,7 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
   me->rank = comm->rank;
   me->pid = (int)getpid();
   snprintf(me->hostname, sizeof(me->hostname), "%s", bootstrapHostname());
-  me->hostHash = hashString(0xcbf29ce484222325ull, me->hostname);
+  me->hostHash = hostIdentity(me->hostname);
   NCCLX_CHECK(peersListen(comm));
   NCCLX_CHECK(bootstrapAllGather(b, comm->peerInfo, sizeof(*comm->peerInfo), TAG_PEERINFO));
   for (int i = 0; i < comm->nranks; i++)
@@ -249,9 +251,10 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
   if (!comm->lazyConnect) NCCLX_CHECK(peersConnectAll(comm));
   NCCLX_CHECK(bootstrapBarrier(b, TAG_INIT_BARRIER));
   INFO(NCCLX_LOG_INIT,
-       "comm %p name %s rank %d nranks %d hosts %d net %s dev %d timeout %.0fs %s connect - init complete",
-       (void*)comm, comm->name, comm->rank, comm->nranks, comm->nhosts, comm->net.net->name,
-       comm->netDev, comm->timeoutSec, comm->lazyConnect ? "lazy" : "eager");
+       "comm %p name %s rank %d nranks %d hosts %d net %s dev %d shm %s timeout %.0fs %s connect - init complete",
+       (void*)comm, comm->name, comm->rank, comm->nranks, comm->nhosts, comm->tp[NCCLX_TP_NET].net->name,
+       comm->tp[NCCLX_TP_NET].dev, comm->tp[NCCLX_TP_SHM].net ? "on" : "off", comm->timeoutSec,
+       comm->lazyConnect ? "lazy" : "eager");
   return ncclxSuccess;
 }
 

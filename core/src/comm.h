@@ -18,11 +18,24 @@ struct ncclxPeerInfo {
   int pid;
   uint64_t hostHash;
   char hostname[NCCLX_HOSTNAME_MAX];
-  char netHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from net->listen */
+  char netHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from the network's listen */
+  char shmHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from shared memory's listen, if enabled */
+  int shmEnabled;
+};
+
+/* A transport the communicator talks over: the network, or shared memory for peers on the
+ * same host. Both implement the net ABI, so the progress engine drives them alike. */
+enum { NCCLX_TP_NET = 0, NCCLX_TP_SHM = 1, NCCLX_NUM_TP = 2 };
+struct ncclxTransport {
+  const ncclxNet_t* net; /* NULL when this transport is not in use */
+  void* ctx;
+  int dev;
+  void* listenComm;
 };
 
 /* Network connections to one peer; created on first use unless lazy_connect = false. */
 struct ncclxPeerConn {
+  const ncclxNet_t* net; /* transport chosen for this peer (same in both directions) */
   void* sendComm;
   void* recvComm;
   int sendFd, recvFd; /* from getPollFd, -1 when none */
@@ -37,11 +50,9 @@ struct ncclxComm {
   struct ncclxPeerInfo* peerInfo; /* nranks entries */
   int nhosts, ranksPerHostMax;
 
-  /* Network. */
-  ncclxNetInstance_t net;
-  int netDev;
-  void* listenComm;
-  size_t maxMessageBytes;
+  /* Transports: tp[NCCLX_TP_NET] always, tp[NCCLX_TP_SHM] when [core] shm is on. */
+  struct ncclxTransport tp[NCCLX_NUM_TP];
+  size_t maxMessageBytes; /* smallest over the transports in use */
   struct ncclxPeerConn* conns; /* nranks entries */
   void* unmatchedAccepts;      /* peers.c: accepted connections still saying hello */
   pthread_mutex_t connLock;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "transport.h"
 
 #define HELLO_MAGIC 0x6e63636c7868656cull
 
@@ -27,6 +28,7 @@ struct hello {
 
 /* A received connection whose hello has not arrived yet. */
 struct pendingAccept {
+  const ncclxNet_t* net; /* the transport it arrived on */
   void* recvComm;
   void* request;
   struct hello hello;
@@ -48,13 +50,18 @@ static double nowSec(void) {
 }
 
 ncclxResult_t peersListen(struct ncclxComm* comm) {
-  const ncclxNet_t* net = comm->net.net;
-  char* handle = comm->peerInfo[comm->rank].netHandle;
-  memset(handle, 0, NCCLX_NET_HANDLE_MAXSIZE);
-  ncclxResult_t res = net->listen(comm->net.ctx, comm->netDev, handle, &comm->listenComm);
-  if (res != ncclxSuccess || !comm->listenComm)
-    return ncclxSetError(res != ncclxSuccess ? res : ncclxInternalError,
-                         "network '%s' failed to listen on device %d", net->name, comm->netDev);
+  struct ncclxPeerInfo* me = &comm->peerInfo[comm->rank];
+  for (int t = 0; t < NCCLX_NUM_TP; t++) {
+    struct ncclxTransport* tp = &comm->tp[t];
+    if (!tp->net) continue;
+    char* handle = t == NCCLX_TP_SHM ? me->shmHandle : me->netHandle;
+    memset(handle, 0, NCCLX_NET_HANDLE_MAXSIZE);
+    ncclxResult_t res = tp->net->listen(tp->ctx, tp->dev, handle, &tp->listenComm);
+    if (res != ncclxSuccess || !tp->listenComm)
+      return ncclxSetError(res != ncclxSuccess ? res : ncclxInternalError,
+                           "transport '%s' failed to listen on device %d", tp->net->name, tp->dev);
+  }
+  me->shmEnabled = comm->tp[NCCLX_TP_SHM].net != NULL;
   return ncclxSuccess;
 }
 
@@ -66,11 +73,13 @@ int peersOpenCount(const struct ncclxComm* comm) {
 
 /* One step of every pending connect; returns progress made (0/1). */
 static ncclxResult_t stepConnect(struct ncclxComm* comm, struct pendingConnect* pc, int* progress) {
-  const ncclxNet_t* net = comm->net.net;
+  int t = transportFor(comm, pc->peer);
+  const struct ncclxTransport* tp = &comm->tp[t];
+  const ncclxNet_t* net = tp->net;
+  const char* handle = t == NCCLX_TP_SHM ? comm->peerInfo[pc->peer].shmHandle : comm->peerInfo[pc->peer].netHandle;
   char who[128];
   if (!pc->sendComm) {
-    ncclxResult_t res =
-        net->connect(comm->net.ctx, comm->netDev, comm->peerInfo[pc->peer].netHandle, &pc->sendComm);
+    ncclxResult_t res = net->connect(tp->ctx, tp->dev, handle, &pc->sendComm);
     if (res != ncclxSuccess)
       return commFail(comm, res, "cannot connect to %s over %s",
                       commDescribeRank(comm, pc->peer, who, sizeof(who)), net->name);
@@ -93,6 +102,7 @@ static ncclxResult_t stepConnect(struct ncclxComm* comm, struct pendingConnect* 
                     commDescribeRank(comm, pc->peer, who, sizeof(who)));
   if (done) {
     struct ncclxPeerConn* c = &comm->conns[pc->peer];
+    c->net = net;
     c->sendComm = pc->sendComm;
     c->sendFd = -1;
     if (net->getPollFd) net->getPollFd(c->sendComm, &c->sendFd);
@@ -103,23 +113,29 @@ static ncclxResult_t stepConnect(struct ncclxComm* comm, struct pendingConnect* 
   return ncclxSuccess;
 }
 
-/* Accept new connections and read hellos; files finished ones under their rank. */
+/* Accept new connections on every transport and read hellos; files finished ones under
+ * their rank. A hello must arrive on the transport that rank should use. */
 static ncclxResult_t stepAccept(struct ncclxComm* comm, int* progress) {
-  const ncclxNet_t* net = comm->net.net;
-  for (;;) {
-    void* rc = NULL;
-    ncclxResult_t res = net->accept(comm->listenComm, &rc);
-    if (res != ncclxSuccess) return commFail(comm, res, "network '%s' accept failed", net->name);
-    if (!rc) break;
-    struct pendingAccept* pa = calloc(1, sizeof(*pa));
-    if (!pa) return commFail(comm, ncclxSystemError, "out of memory accepting a connection");
-    pa->recvComm = rc;
-    pa->next = comm->unmatchedAccepts;
-    comm->unmatchedAccepts = pa;
-    *progress = 1;
+  for (int t = 0; t < NCCLX_NUM_TP; t++) {
+    struct ncclxTransport* tp = &comm->tp[t];
+    if (!tp->net) continue;
+    for (;;) {
+      void* rc = NULL;
+      ncclxResult_t res = tp->net->accept(tp->listenComm, &rc);
+      if (res != ncclxSuccess) return commFail(comm, res, "transport '%s' accept failed", tp->net->name);
+      if (!rc) break;
+      struct pendingAccept* pa = calloc(1, sizeof(*pa));
+      if (!pa) return commFail(comm, ncclxSystemError, "out of memory accepting a connection");
+      pa->net = tp->net;
+      pa->recvComm = rc;
+      pa->next = comm->unmatchedAccepts;
+      comm->unmatchedAccepts = pa;
+      *progress = 1;
+    }
   }
   for (struct pendingAccept** link = (struct pendingAccept**)&comm->unmatchedAccepts; *link;) {
     struct pendingAccept* pa = *link;
+    const ncclxNet_t* net = pa->net;
     if (!pa->request) {
       void* data = &pa->hello;
       size_t size = sizeof(pa->hello);
@@ -143,18 +159,20 @@ static ncclxResult_t stepAccept(struct ncclxComm* comm, int* progress) {
     const struct hello* h = &pa->hello;
     int valid = res == ncclxSuccess && got == sizeof(*h) && h->magic == HELLO_MAGIC &&
                 h->commHash == comm->commHash && h->rank >= 0 && h->rank < comm->nranks &&
-                comm->conns[h->rank].recvComm == NULL;
+                comm->conns[h->rank].recvComm == NULL &&
+                comm->tp[transportFor(comm, h->rank)].net == net;
     if (!valid) {
-      WARN("refused a network connection: %s (hello of %zu bytes, rank %d)",
+      WARN("refused a %s connection: %s (hello of %zu bytes, rank %d)", net->name,
            res != ncclxSuccess ? "it failed before saying hello" : "its hello is not from a peer of this communicator",
            got, res == ncclxSuccess ? h->rank : -1);
       net->closeRecv(pa->recvComm);
     } else {
       struct ncclxPeerConn* c = &comm->conns[h->rank];
+      c->net = net;
       c->recvComm = pa->recvComm;
       c->recvFd = -1;
       if (net->getPollFd) net->getPollFd(c->recvComm, &c->recvFd);
-      TRACE(NCCLX_LOG_NET, "accepted connection from rank %d", h->rank);
+      TRACE(NCCLX_LOG_NET, "accepted %s connection from rank %d", net->name, h->rank);
     }
     free(pa);
   }
@@ -233,7 +251,8 @@ ncclxResult_t peersEnsure(struct ncclxComm* comm, const int* sendPeers, int nsen
   }
   /* Connections half made when we give up are closed; finished ones stay filed. */
   for (int i = 0; i < npc; i++)
-    if (pcs[i].peer >= 0 && pcs[i].sendComm) comm->net.net->closeSend(pcs[i].sendComm);
+    if (pcs[i].peer >= 0 && pcs[i].sendComm)
+      comm->tp[transportFor(comm, pcs[i].peer)].net->closeSend(pcs[i].sendComm);
   free(pcs);
   pthread_mutex_unlock(&comm->connLock);
   return res;
@@ -249,22 +268,24 @@ ncclxResult_t peersConnectAll(struct ncclxComm* comm) {
 }
 
 void peersClose(struct ncclxComm* comm) {
-  const ncclxNet_t* net = comm->net.net;
-  if (!net) return;
   pthread_mutex_lock(&comm->connLock);
   for (int i = 0; comm->conns && i < comm->nranks; i++) {
-    if (comm->conns[i].sendComm) net->closeSend(comm->conns[i].sendComm);
-    if (comm->conns[i].recvComm) net->closeRecv(comm->conns[i].recvComm);
-    comm->conns[i].sendComm = comm->conns[i].recvComm = NULL;
+    struct ncclxPeerConn* c = &comm->conns[i];
+    if (c->sendComm) c->net->closeSend(c->sendComm);
+    if (c->recvComm) c->net->closeRecv(c->recvComm);
+    c->sendComm = c->recvComm = NULL;
   }
   for (struct pendingAccept* pa = comm->unmatchedAccepts; pa;) {
     struct pendingAccept* next = pa->next;
-    net->closeRecv(pa->recvComm);
+    pa->net->closeRecv(pa->recvComm);
     free(pa);
     pa = next;
   }
   comm->unmatchedAccepts = NULL;
-  if (comm->listenComm) net->closeListen(comm->listenComm);
-  comm->listenComm = NULL;
+  for (int t = 0; t < NCCLX_NUM_TP; t++) {
+    struct ncclxTransport* tp = &comm->tp[t];
+    if (tp->net && tp->listenComm) tp->net->closeListen(tp->listenComm);
+    tp->listenComm = NULL;
+  }
   pthread_mutex_unlock(&comm->connLock);
 }

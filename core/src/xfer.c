@@ -96,8 +96,8 @@ static ncclxResult_t xferConnect(ncclxXfer* x, struct xferState* s, int n) {
 
 static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* progress) {
   struct ncclxComm* comm = s[i].comm;
-  const ncclxNet_t* net = comm->net.net;
   struct ncclxPeerConn* c = &comm->conns[x[i].peer];
+  const ncclxNet_t* net = c->net;
   while (s[i].msgsPosted < s[i].msgsTotal && x[i].inflight < XFER_MAX_INFLIGHT) {
     int p = s[i].prev;
     if (p >= 0 && s[p].msgsPosted < s[p].msgsTotal) return ncclxSuccess; /* keep order */
@@ -147,7 +147,7 @@ static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* pro
     int slot = x[i].head;
     int done = 0;
     size_t got = 0;
-    ncclxResult_t res = comm->net.net->test(x[i].reqs[slot], &done, &got);
+    ncclxResult_t res = comm->conns[x[i].peer].net->test(x[i].reqs[slot], &done, &got);
     char who[128];
     if (res != ncclxSuccess) {
       x[i].inflight = 0; /* the transport freed the failed request */
