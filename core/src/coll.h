@@ -21,8 +21,9 @@ typedef struct {
   const size_t* sdispls;
   const size_t* recvcounts;
   const size_t* rdispls;
-  int algo;  /* ncclxAlgo_t chosen by the tuner */
-  int proto; /* ncclxProto_t */
+  int algo;         /* ncclxAlgo_t chosen by the tuner */
+  int proto;        /* ncclxProto_t */
+  size_t chunkBytes; /* pipeline chunk chosen by the tuner (the comm default otherwise) */
 } ncclxCollArgs;
 
 /* Whether algo can run this call (rank count, collective). The tuner's table is masked

@@ -148,7 +148,12 @@ static ncclxResult_t execColl(struct ncclxOp* op) {
          ncclxTypeName(op->coll.datatype), ncclxOpName(op->coll.op), op->coll.root, comm->name,
          comm->nranks, ncclxAlgoName(op->coll.algo), ncclxProtoName(op->coll.proto));
     void* ev = profEnabled(comm, NCCLX_PROFILE_COLL) ? profCollStart(comm, &op->coll, seq, op->stream) : NULL;
+    /* The progress engine and the algorithms chunk by comm->chunkBytes: lend it the
+     * tuner's choice for this call. */
+    size_t defaultChunk = comm->chunkBytes;
+    comm->chunkBytes = op->coll.chunkBytes;
     res = collRun(comm, &op->coll);
+    comm->chunkBytes = defaultChunk;
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
     profStop(comm, ev);
     comm->curOpName = NULL;

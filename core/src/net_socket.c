@@ -325,7 +325,7 @@ static void warnUnknownKeys(const ncclxPluginEnv_t* env) {
 static int parseLong(const char* s, long* out) {
   char* end = NULL;
   errno = 0;
-  long v = strtol(s, &end, 0);
+  long v = strtol(s, &end, 10);
   if (errno != 0 || end == s) return -1;
   while (*end == ' ' || *end == '\t') end++;
   if (*end != '\0') return -1;
@@ -490,9 +490,10 @@ static ncclxResult_t sockInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   *ctxOut = NULL;
   warnUnknownKeys(env);
 
+  /* An empty value ("nsocks =") means the default, as for ifname. */
   long nsocks = SOCK_DEFAULT_SOCKS;
   const char* v = env->config->get(env->section, "nsocks");
-  if (v && (parseLong(v, &nsocks) != 0 || nsocks < 1 || nsocks > SOCK_MAX_SOCKS)) {
+  if (v && *v && (parseLong(v, &nsocks) != 0 || nsocks < 1 || nsocks > SOCK_MAX_SOCKS)) {
     env->log(NCCLX_LOG_WARN, NCCLX_LOG_NET | NCCLX_LOG_ENV, __FILE__, __LINE__,
              "NET/Socket: nsocks = '%s' (%s): expected an integer from 1 to %d", v,
              configWhere(env, "nsocks", v), SOCK_MAX_SOCKS);
@@ -500,7 +501,7 @@ static ncclxResult_t sockInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   }
   size_t bufBytes = SOCK_DEFAULT_BUF_BYTES;
   v = env->config->get(env->section, "buffer_bytes");
-  if (v && (parseBytes(v, &bufBytes) != 0 || (bufBytes != 0 && bufBytes < 4096) ||
+  if (v && *v && (parseBytes(v, &bufBytes) != 0 || (bufBytes != 0 && bufBytes < 4096) ||
             bufBytes > ((size_t)1 << 30))) {
     env->log(NCCLX_LOG_WARN, NCCLX_LOG_NET | NCCLX_LOG_ENV, __FILE__, __LINE__,
              "NET/Socket: buffer_bytes = '%s' (%s): expected 0 (kernel autotuning) or a size "

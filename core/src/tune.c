@@ -172,6 +172,7 @@ void tuneCommFinalize(struct ncclxComm* comm) {
 
 void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   pthread_once(&overrideOnce, parseOverride);
+  args->chunkBytes = comm->chunkBytes;
   float table[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
   double bytes = (double)tuneCallBytes(comm, args);
   for (int a = 0; a < NCCLX_NUM_ALGOS; a++)
@@ -190,9 +191,10 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
     memcpy(mine, table, sizeof(mine));
     ncclxTunerQuery_v1_t q = {.coll = args->coll, .bytes = (size_t)bytes, .datatype = args->datatype,
                               .op = args->op, .nranks = comm->nranks, .nhosts = comm->nhosts};
-    size_t chunk = 0;
-    int channels = 0;
+    size_t chunk = comm->chunkBytes;
+    int channels = 1;
     ncclxResult_t res = comm->tuner->getCollInfo(comm->tunerCtx, &q, mine, &chunk, &channels);
+    if (res == ncclxSuccess && chunk != 0) args->chunkBytes = chunk;
     /* An entry the core ruled out stays out whatever the tuner wrote. */
     for (int i = 0; i < NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS; i++)
       if (table[i] < 0) mine[i] = NCCLX_TUNER_IGNORE;
@@ -212,4 +214,6 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   if (algo < 0) algo = defaultAlgo, proto = defaultProto;
   args->algo = algo;
   args->proto = proto;
+  if (args->chunkBytes < 4096) args->chunkBytes = 4096;
+  if (args->chunkBytes > comm->maxMessageBytes) args->chunkBytes = comm->maxMessageBytes;
 }

@@ -8,7 +8,8 @@
 /* Per-communicator tuner plugin setup/teardown (no-op when no plugin is configured). */
 void tuneCommInit(struct ncclxComm* comm);
 void tuneCommFinalize(struct ncclxComm* comm);
-/* Sets args->algo and args->proto. Never fails: falls back to the default choice. */
+/* Sets args->algo, args->proto and args->chunkBytes. Never fails: falls back to the
+ * default choice. */
 void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args);
 /* The nccl-tests "size" of a call, which the tuner and profiler see as bytes. */
 size_t tuneCallBytes(const struct ncclxComm* comm, const ncclxCollArgs* args);

@@ -524,6 +524,18 @@ static void testStrangers(int nsocks) {
   CHECK(big);
   CHECK(waitReq(isendRetry(staleSc, big, bigN, 0), NULL, 10) == ncclxRemoteError);
 
+  /* The silent one is dropped after the hello timeout (checked once: it takes 10 s). */
+  if (nsocks == 1) {
+    double end = now() + 15;
+    while (!logHas("no hello within") && now() < end) {
+      void* other = NULL;
+      CHECK(net->accept(lc, &other) == ncclxSuccess && other == NULL);
+      usleep(20000);
+    }
+    CHECK(logHas("no hello within"));
+    CHECK(closedByPeer(silent, 5));
+  }
+
   writeAll(toChild, "x", 1);
   CHECK(reap(pid, 30) == 0);
   close(garbage);
@@ -621,13 +633,20 @@ static void testKillReceiver(int nsocks) {
   void* req = isendRetry(sc, buf, KILL_BYTES, 0);
   int pfd = -1;
   CHECK(net->getPollFd(sc, &pfd) == ncclxSuccess && pfd >= 0);
-  for (int i = 0; i < 200; i++) { /* fill the socket buffers */
+  /* Fill the socket buffers: once nobody drains them the poll fd goes quiet (it woke up
+   * while the kernel still moved data), and it wakes up again when the peer dies. */
+  struct pollfd p = {pfd, POLLIN, 0};
+  int quiet = 0;
+  for (int i = 0; i < 100 && !quiet; i++) {
     int done = 1;
     CHECK(net->test(req, &done, NULL) == ncclxSuccess && !done);
+    quiet = poll(&p, 1, 100) == 0;
   }
+  CHECK(quiet);
   logClear();
   kill(pid, SIGKILL);
   CHECK(reap(pid, 10) == 128 + SIGKILL);
+  CHECK(poll(&p, 1, 5000) == 1);
   double t0 = now();
   CHECK(waitReq(req, NULL, 10) == ncclxRemoteError);
   CHECK(logHas("send to 127.0.0.1:"));

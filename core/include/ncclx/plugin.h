@@ -44,7 +44,8 @@ typedef enum {
 #define NCCLX_LOG_PROFILE 0x4000u
 #define NCCLX_LOG_ALL 0xffffffffu
 
-/* printf-style logger; the core adds host, pid, rank and the plugin's name to each line. */
+/* printf-style logger; the core adds host, pid, thread and rank to each line (plugins prefix
+ * their own name, e.g. "tuner rules: ..."). */
 typedef void (*ncclxLogger_t)(ncclxLogLevel_t level, unsigned long subsys, const char* file,
                               int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -66,6 +67,8 @@ typedef struct {
 typedef ncclxResult_t (*ncclxProfilerCallback_t)(void** eHandle, int type, void* parentHandle,
                                                  int64_t pluginId, void* extData);
 
+/* Valid only during the init call that receives it: a plugin copies what it keeps (the
+ * function pointers and the section pointer themselves stay valid until finalize). */
 typedef struct {
   int version;                          /* NCCLX_PLUGIN_ENV_VERSION */
   ncclxLogger_t log;                    /* never NULL */

@@ -84,7 +84,9 @@ typedef struct {
   ncclxResult_t (*init)(void** ctx, const ncclxTunerCommInfo_v1_t* info,
                         const ncclxPluginEnv_t* env);
   /* costTable is float[NCCLX_NUM_ALGOS][NCCLX_NUM_PROTOS], row-major, contiguous.
-   * *chunkBytes and *nChannels come in as the core's defaults; 0 leaves them to the core. */
+   * *chunkBytes and *nChannels come in as the core's defaults; leaving them or writing 0
+   * keeps those. A chunk size must be the same on every rank for the same call (rules files
+   * are per cluster, so they are); the core clamps it to [4 KiB, transport maximum]. */
   ncclxResult_t (*getCollInfo)(void* ctx, const ncclxTunerQuery_v1_t* query, float* costTable,
                                size_t* chunkBytes, int* nChannels);
   ncclxResult_t (*finalize)(void* ctx);
