@@ -34,7 +34,8 @@ static void warnUnknownKeys(const ncclxPluginEnv_t* env) {
     if (!known)
       env->log(NCCLX_LOG_WARN, NCCLX_LOG_SHM | NCCLX_LOG_ENV, __FILE__, __LINE__,
                "NET/SHM: ignoring unknown key '%s' (%s); known keys: buffer_bytes, slots, "
-               "single_copy, cma_chunk_bytes", k, w ? w : "?");
+               "single_copy, cma_chunk_bytes",
+               k, w ? w : "?");
   }
 }
 
@@ -55,9 +56,12 @@ static int parseSize(const char* s, size_t* out) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || end == s || *s == '-') return -1;
   unsigned shift = 0;
-  if (*end == 'K' || *end == 'k') shift = 10, end++;
-  else if (*end == 'M' || *end == 'm') shift = 20, end++;
-  else if (*end == 'G' || *end == 'g') shift = 30, end++;
+  if (*end == 'K' || *end == 'k')
+    shift = 10, end++;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20, end++;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30, end++;
   while (*end == ' ' || *end == '\t') end++;
   if (*end || v > (~0ull >> shift)) return -1;
   *out = (size_t)(v << shift);
@@ -96,10 +100,14 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
     return ncclxInvalidUsage;
   }
   if ((v = cfg->get(env->section, "single_copy")) != NULL) {
-    if (strcasecmp(v, "auto") == 0) ctx->pref = SHM_PREF_AUTO;
-    else if (strcasecmp(v, "cma") == 0) ctx->pref = SHM_PREF_CMA;
-    else if (strcasecmp(v, "none") == 0) ctx->pref = SHM_PREF_NONE;
-    else return badKey(env, "single_copy", v, "auto, cma or none");
+    if (strcasecmp(v, "auto") == 0)
+      ctx->pref = SHM_PREF_AUTO;
+    else if (strcasecmp(v, "cma") == 0)
+      ctx->pref = SHM_PREF_CMA;
+    else if (strcasecmp(v, "none") == 0)
+      ctx->pref = SHM_PREF_NONE;
+    else
+      return badKey(env, "single_copy", v, "auto, cma or none");
   }
   if ((v = cfg->get(env->section, "cma_chunk_bytes")) != NULL &&
       (parseSize(v, &ctx->cmaChunk) || ctx->cmaChunk < 4096 || ctx->cmaChunk > ((size_t)1 << 30)))
@@ -131,17 +139,23 @@ static ncclxResult_t shmInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   }
   ctx->cmaLocalErr = cmaSelfTest();
   if (ctx->cmaLocalErr && ctx->pref == SHM_PREF_CMA) {
-    SHM_WARN(ctx, "single_copy = cma but process_vm_readv does not work here (%s); set "
-             "single_copy = auto or none", strerror(ctx->cmaLocalErr));
+    SHM_WARN(ctx,
+             "single_copy = cma but process_vm_readv does not work here (%s); set "
+             "single_copy = auto or none",
+             strerror(ctx->cmaLocalErr));
     free(ctx);
     return ncclxInvalidUsage;
   }
   if (ctx->cmaLocalErr) ctx->pref = SHM_PREF_NONE; /* no need to probe every connection */
   shmCleanStale(ctx);
   size_t payload = (ctx->bufferBytes / ctx->nslots) & ~(size_t)(SHM_LINE - 1);
-  SHM_INFO(ctx, "%u slots of %zu bytes per connection (%zu bytes of shared memory each), "
-           "single_copy = %s%s%s", ctx->nslots, payload, shmConnBytes(ctx->nslots, payload),
-           ctx->pref == SHM_PREF_CMA ? "cma" : ctx->pref == SHM_PREF_NONE ? "none" : "auto",
+  SHM_INFO(ctx,
+           "%u slots of %zu bytes per connection (%zu bytes of shared memory each), "
+           "single_copy = %s%s%s",
+           ctx->nslots, payload, shmConnBytes(ctx->nslots, payload),
+           ctx->pref == SHM_PREF_CMA    ? "cma"
+           : ctx->pref == SHM_PREF_NONE ? "none"
+                                        : "auto",
            ctx->cmaLocalErr ? ": process_vm_readv unavailable: " : "",
            ctx->cmaLocalErr ? strerror(ctx->cmaLocalErr) : "");
   *ctxOut = ctx;
@@ -190,8 +204,10 @@ static ncclxResult_t shmRegMr(void* comm, void* data, size_t size, int type, voi
   if (!mhandle || (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV)) return ncclxInternalError;
   *mhandle = NULL;
   if (type != NCCLX_PTR_HOST) {
-    SHM_WARN(((shmComm*)comm)->ctx, "regMr: pointer type %d of %p (%zu bytes) is not "
-             "supported: shared memory moves host memory only", type, data, size);
+    SHM_WARN(((shmComm*)comm)->ctx,
+             "regMr: pointer type %d of %p (%zu bytes) is not "
+             "supported: shared memory moves host memory only",
+             type, data, size);
     return ncclxInvalidArgument;
   }
   *mhandle = &shmMrToken;

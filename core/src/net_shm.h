@@ -11,6 +11,8 @@
  * segment (ring of slots) and two doorbell FIFOs, posts their name in a mailbox and returns
  * at once. accept() checks the nonce (a handle of another job is refused), maps the segment,
  * unlinks every name (a crash leaves nothing in /dev/shm), and chooses the copy mode.
+ * As with TCP, small messages sent before the accept still arrive if the sender closes
+ * first: its names then stay until the receiver accepts, or its closeListen() removes them.
  * init() removes /dev/shm/ncclx-<pid>-* objects whose creator pid no longer exists.
  *
  * Messages (in order, one ring per connection; see shm_data.c):
@@ -21,12 +23,16 @@
  * A receive may be larger than the send (test() reports the real size); a send larger than
  * the posted receive fails the receiver (and a CMA sender) with ncclxRemoteError.
  *
- * Waiting: no system call on the fast path. After SHM_ARM_IDLE (128) consecutive test()
- * calls without progress a side sets its "sleeping" flag and the peer then writes one byte
+ * Waiting: no system call on the fast path. After >= 128 consecutive test() calls without
+ * progress spanning >= 50 us, a side sets its "sleeping" flag; the peer then writes one byte
  * to the doorbell FIFO that getPollFd returns (an epoll set with the peer's pidfd, so a
- * sleeper also wakes when the peer dies). A caller that polls earlier may be woken late,
- * bounded by its poll timeout. While idle, test() checks every 5 ms that the peer still
- * exists (pidfd, else kill + /proc) and has not closed: then ncclxRemoteError.
+ * sleeper also wakes when the peer dies) the next time it publishes, consumes or acks. So a
+ * caller must test() for ~50 us before sleeping in poll() (xfer.c spins and yields far
+ * longer); one that polls sooner is woken late, bounded by its poll timeout. While idle,
+ * test() checks every 5 ms (1 ms once armed) that the peer process still exists (pidfd,
+ * else kill + /proc) and has not closed the connection, else fails with ncclxRemoteError.
+ * Limitation: peers must share the pid namespace (the pid in the handle must name the
+ * peer; otherwise it looks dead) as well as /dev/shm.
  *
  * [net.shm] keys (environment NCCLX_NET_SHM_<KEY>):
  *   buffer_bytes     payload area of one connection, split into `slots` slots. Size,

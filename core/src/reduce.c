@@ -7,7 +7,8 @@
  *
  * Semantics worth knowing:
  *  - integer sum/prod run in the unsigned type of the same width: wraparound, never UB;
- *  - float max/min propagate NaN from either operand;
+ *  - float max/min propagate NaN from either operand; for +0 vs -0 they return the second
+ *    operand, so callers that need identical bits everywhere fix the operand order;
  *  - fp16/bf16 are computed in fp32 and rounded to nearest even;
  *  - dst may alias a or b exactly (never partially): every element is read before written. */
 #include "reduce.h"
@@ -17,10 +18,11 @@
 
 #include "debug.h"
 
-/* Release builds use -O2, where gcc 12 only vectorizes loops with a known trip count; these
- * kernels are the hot loops of every reduction, so ask for the full vectorizer here. */
+/* Release builds use -O2, where gcc 12's "very cheap" vectorizer cost model skips loops that
+ * need a runtime trip-count check; these kernels are the hot loops of every reduction, so
+ * ask for the full vectorizer here. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
 #endif
 
 typedef void (*reduceKernel)(void* dst, const void* a, const void* b, size_t n);
@@ -42,50 +44,51 @@ static inline float bitsFloat(uint32_t u) {
   return f;
 }
 
-float ncclxHalfToFloat(uint16_t h) {
+/* The conversions are branch-free (every case computed, then selected) so the 16-bit
+ * kernels vectorize. */
+static inline float halfToFloat(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    /* Zero or subnormal: mant * 2^-24, exact in fp32. */
-    float mag = (float)mant * 0x1p-24f;
-    return sign ? -mag : mag;
-  }
-  if (exp == 31) return bitsFloat(sign | 0x7f800000u | (mant << 13)); /* Inf, NaN keeps payload */
-  return bitsFloat(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  uint32_t normal = ((exp + 127 - 15) << 23) | (mant << 13);
+  uint32_t infNan = 0x7f800000u | (mant << 13);            /* NaN keeps its payload */
+  uint32_t subnormal = floatBits((float)mant * 0x1p-24f); /* exact in fp32 (0 too) */
+  uint32_t mag = exp == 0 ? subnormal : exp == 31 ? infNan : normal;
+  return bitsFloat(sign | mag);
 }
 
-uint16_t ncclxFloatToHalf(float f) {
+static inline uint16_t floatToHalf(float f) {
   uint32_t x = floatBits(f);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((absx >> 13) & 0x3ffu)); /* quiet NaN */
-  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to Inf */
-  if (absx >= 0x38800000u) {                                    /* normal half (>= 2^-14) */
-    uint32_t h = ((((absx >> 23) - 127 + 15) << 10) | ((absx >> 13) & 0x3ffu));
-    uint32_t rem = absx & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into exp is correct */
-    return (uint16_t)(sign | h);
-  }
-  if (absx <= 0x33000000u) return sign; /* <= 2^-25: rounds to (even) zero */
-  /* Subnormal half: value / 2^-24 = m >> shift with m the full 24-bit significand. */
-  uint32_t m = (absx & 0x7fffffu) | 0x800000u;
-  uint32_t shift = 126u - (absx >> 23); /* 14..24 */
-  uint32_t h = m >> shift;
-  uint32_t rem = m & ((1u << shift) - 1u);
-  uint32_t halfway = 1u << (shift - 1u);
-  if (rem > halfway || (rem == halfway && (h & 1u))) h++; /* 0x400 becomes the min normal */
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t a = x & 0x7fffffffu;
+  /* Normal half: rebias the exponent, round to nearest even at bit 13 (a carry into the
+   * exponent is correct, up to Inf). */
+  uint32_t n = a - ((127u - 15u) << 23);
+  n += 0xfffu + ((n >> 13) & 1u);
+  uint32_t h = n >> 13;
+  /* Below 2^-14: adding 0.5f puts the value on a grid of 2^-24 (the half subnormal unit) and
+   * the FPU rounds it to nearest even; the low mantissa bits are then the half's. */
+  uint32_t sub = floatBits(bitsFloat(a) + 0.5f) - 0x3f000000u;
+  h = a < 0x38800000u ? sub : h;
+  h = a >= 0x477ff000u ? 0x7c00u : h; /* >= 65520 rounds to Inf (and Inf stays Inf) */
+  h = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : h; /* quiet NaN */
   return (uint16_t)(sign | h);
 }
 
-float ncclxBf16ToFloat(uint16_t b) { return bitsFloat((uint32_t)b << 16); }
+static inline float bf16ToFloat(uint16_t b) { return bitsFloat((uint32_t)b << 16); }
 
-uint16_t ncclxFloatToBf16(float f) {
+static inline uint16_t floatToBf16(float f) {
   uint32_t x = floatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-  x += 0x7fffu + ((x >> 16) & 1u); /* round to nearest even; overflow lands on Inf */
-  return (uint16_t)(x >> 16);
+  uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* nearest even; overflow gives Inf */
+  uint32_t nan = (x >> 16) | 0x40u;                     /* quiet NaN */
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
+
+/* The kernels use the inline forms above; these are for other modules and tests. */
+float ncclxHalfToFloat(uint16_t h) { return halfToFloat(h); }
+uint16_t ncclxFloatToHalf(float f) { return floatToHalf(f); }
+float ncclxBf16ToFloat(uint16_t b) { return bf16ToFloat(b); }
+uint16_t ncclxFloatToBf16(float f) { return floatToBf16(f); }
 
 /* ---- kernels ---- */
 
@@ -143,31 +146,40 @@ DEFINE_KERNEL(k_f64_prod, double, OP_PROD)
 DEFINE_KERNEL(k_f64_max, double, OP_MAX_FP)
 DEFINE_KERNEL(k_f64_min, double, OP_MIN_FP)
 
-/* 16-bit floats: widen, compute in fp32, round back. Always through memcpy (2-byte loads
- * of possibly odd addresses). */
-#define DEFINE_HALF_KERNEL(NAME, TOF, FROMF, OP)                       \
+/* 16-bit floats: widen, compute in fp32, round back. */
+#define DEFINE_HALF_KERNEL(NAME, TOF, FROMF, OP)                           \
   static void NAME(void* dstv, const void* av, const void* bv, size_t n) { \
-    char* d = (char*)dstv;                                             \
-    const char* a = (const char*)av;                                   \
-    const char* b = (const char*)bv;                                   \
-    for (size_t i = 0; i < n; i++) {                                   \
-      uint16_t x, y, r;                                                \
-      memcpy(&x, a + 2 * i, 2);                                        \
-      memcpy(&y, b + 2 * i, 2);                                        \
-      float fx = TOF(x), fy = TOF(y);                                  \
-      r = FROMF(OP(fx, fy));                                           \
-      memcpy(d + 2 * i, &r, 2);                                        \
-    }                                                                  \
+    if (allAligned(dstv, av, bv, _Alignof(uint16_t))) {                  \
+      uint16_t* d = (uint16_t*)dstv;                                     \
+      const uint16_t* a = (const uint16_t*)av;                           \
+      const uint16_t* b = (const uint16_t*)bv;                           \
+      _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {              \
+        float fx = TOF(a[i]), fy = TOF(b[i]);                            \
+        d[i] = FROMF(OP(fx, fy));                                        \
+      }                                                                  \
+      return;                                                            \
+    }                                                                    \
+    char* d = (char*)dstv;                                               \
+    const char* a = (const char*)av;                                     \
+    const char* b = (const char*)bv;                                     \
+    for (size_t i = 0; i < n; i++) {                                     \
+      uint16_t x, y, r;                                                  \
+      memcpy(&x, a + 2 * i, 2);                                          \
+      memcpy(&y, b + 2 * i, 2);                                          \
+      float fx = TOF(x), fy = TOF(y);                                    \
+      r = FROMF(OP(fx, fy));                                             \
+      memcpy(d + 2 * i, &r, 2);                                          \
+    }                                                                    \
   }
 
-DEFINE_HALF_KERNEL(k_f16_sum, ncclxHalfToFloat, ncclxFloatToHalf, OP_SUM)
-DEFINE_HALF_KERNEL(k_f16_prod, ncclxHalfToFloat, ncclxFloatToHalf, OP_PROD)
-DEFINE_HALF_KERNEL(k_f16_max, ncclxHalfToFloat, ncclxFloatToHalf, OP_MAX_FP)
-DEFINE_HALF_KERNEL(k_f16_min, ncclxHalfToFloat, ncclxFloatToHalf, OP_MIN_FP)
-DEFINE_HALF_KERNEL(k_bf16_sum, ncclxBf16ToFloat, ncclxFloatToBf16, OP_SUM)
-DEFINE_HALF_KERNEL(k_bf16_prod, ncclxBf16ToFloat, ncclxFloatToBf16, OP_PROD)
-DEFINE_HALF_KERNEL(k_bf16_max, ncclxBf16ToFloat, ncclxFloatToBf16, OP_MAX_FP)
-DEFINE_HALF_KERNEL(k_bf16_min, ncclxBf16ToFloat, ncclxFloatToBf16, OP_MIN_FP)
+DEFINE_HALF_KERNEL(k_f16_sum, halfToFloat, floatToHalf, OP_SUM)
+DEFINE_HALF_KERNEL(k_f16_prod, halfToFloat, floatToHalf, OP_PROD)
+DEFINE_HALF_KERNEL(k_f16_max, halfToFloat, floatToHalf, OP_MAX_FP)
+DEFINE_HALF_KERNEL(k_f16_min, halfToFloat, floatToHalf, OP_MIN_FP)
+DEFINE_HALF_KERNEL(k_bf16_sum, bf16ToFloat, floatToBf16, OP_SUM)
+DEFINE_HALF_KERNEL(k_bf16_prod, bf16ToFloat, floatToBf16, OP_PROD)
+DEFINE_HALF_KERNEL(k_bf16_max, bf16ToFloat, floatToBf16, OP_MAX_FP)
+DEFINE_HALF_KERNEL(k_bf16_min, bf16ToFloat, floatToBf16, OP_MIN_FP)
 
 /* Indexed by ncclxDataType_t, then ncclxRedOp_t (Avg accumulates as Sum). */
 #define KROW(TAG) {k_##TAG##_sum, k_##TAG##_prod, k_##TAG##_max, k_##TAG##_min, k_##TAG##_sum}
@@ -244,8 +256,8 @@ DEFINE_SCALE_FP(avg_f64, double)
       memcpy(d + 2 * i, &x, 2);                             \
     }                                                       \
   }
-DEFINE_SCALE_HALF(avg_f16, ncclxHalfToFloat, ncclxFloatToHalf)
-DEFINE_SCALE_HALF(avg_bf16, ncclxBf16ToFloat, ncclxFloatToBf16)
+DEFINE_SCALE_HALF(avg_f16, halfToFloat, floatToHalf)
+DEFINE_SCALE_HALF(avg_bf16, bf16ToFloat, floatToBf16)
 
 typedef void (*avgKernel)(void* dst, size_t count, int n);
 static const avgKernel avgKernels[ncclxNumTypes] = {

@@ -74,10 +74,46 @@ ncclxResult_t shmListen(void* vctx, int dev, void* handle, void** listenComm) {
   return ncclxSuccess;
 }
 
+/* Removes the names of a connection: its segment and both doorbells. */
+static void unlinkConn(const char* segName) {
+  char path[SHM_PATH_MAX];
+  shm_unlink(segName);
+  bellPath(path, segName, ".r");
+  unlink(path);
+  bellPath(path, segName, ".s");
+  unlink(path);
+}
+
+/* A connection posted but never accepted will not be: remove its names, after checking
+ * that the segment really is one made for this listener (a stranger cannot make us delete
+ * someone else's files by posting their name). */
+static void dropPosted(shmListenComm* lc, const shmMailbox* mb) {
+  void* p = NULL;
+  size_t bytes = 0;
+  if (mb->nonce != lc->nonce || !nameValid(mb->name) || shmSegOpen(mb->name, SHM_PAGE, &p, &bytes) != 0)
+    return;
+  shmConnHdr* hdr = p;
+  if (hdr->magic == SHM_CONN_MAGIC && hdr->nonce == lc->nonce && hdr->senderPid == mb->pid) {
+    atomic_store(&hdr->recvState, SHM_RECV_CLOSED);
+    unlinkConn(mb->name);
+    SHM_TRACE(lc->ctx, "closeListen: removed %s, never accepted", mb->name);
+  }
+  munmap(p, bytes);
+}
+
 ncclxResult_t shmCloseListen(void* listenComm) {
   shmListenComm* lc = listenComm;
   if (!lc || lc->kind != SHM_KIND_LISTEN) return ncclxInternalError;
-  atomic_store(&lc->seg->closed, 1);
+  atomic_store(&lc->seg->closed, 1); /* senders posting after this clean up themselves */
+  for (int b = 0; b < SHM_MAILBOXES; b++) {
+    shmMailbox* box = &lc->seg->box[b];
+    if (atomic_load_explicit(&box->state, memory_order_acquire) != SHM_BOX_POSTED) continue;
+    shmMailbox mb;
+    memcpy(&mb, box, sizeof(mb));
+    mb.name[SHM_NAME_MAX - 1] = 0;
+    atomic_store(&box->state, SHM_BOX_FREE);
+    dropPosted(lc, &mb);
+  }
   munmap(lc->seg, sizeof(shmListenSeg));
   shm_unlink(lc->name);
   lc->kind = 0;
@@ -94,24 +130,27 @@ ncclxResult_t shmCloseListen(void* listenComm) {
 static ncclxResult_t openListen(shmCtx* ctx, const shmHandle* h, shmListenSeg** out) {
   *out = NULL;
   if (h->magic != SHM_HANDLE_MAGIC || h->version != SHM_VERSION || !nameValid(h->name)) {
-    SHM_WARN(ctx, "connect: the handle is not a shm handle of version %d (magic 0x%x, "
-             "version %u)", SHM_VERSION, h->magic, h->version);
+    SHM_WARN(ctx,
+             "connect: the handle is not a shm handle of version %d (magic 0x%x, "
+             "version %u)",
+             SHM_VERSION, h->magic, h->version);
     return ncclxInternalError;
   }
   void* p = NULL;
   size_t bytes = 0;
   int err = shmSegOpen(h->name, sizeof(shmListenSeg), &p, &bytes);
   if (err) {
-    SHM_WARN(ctx, "connect: cannot open the listener's shared memory %s (pid %d): %s%s", h->name,
-             (int)h->pid, strerror(err), err == ENOENT ? " (it closed its listener or exited)" : "");
+    SHM_WARN(ctx, "connect: cannot open the listener's shared memory %s (pid %d): %s%s", h->name, (int)h->pid,
+             strerror(err), err == ENOENT ? " (it closed its listener or exited)" : "");
     return ncclxRemoteError;
   }
   shmListenSeg* seg = p;
   if (seg->magic != SHM_LISTEN_MAGIC || seg->version != SHM_VERSION || seg->nonce != h->nonce ||
       seg->pid != h->pid || seg->nbox != SHM_MAILBOXES) {
-    SHM_WARN(ctx, "connect: refused: %s belongs to another listener than the handle's (pid %d "
-             "vs %d, nonce %s): a handle of an old or foreign job?", h->name, (int)seg->pid,
-             (int)h->pid, seg->nonce == h->nonce ? "matches" : "differs");
+    SHM_WARN(ctx,
+             "connect: refused: %s belongs to another listener than the handle's (pid %d "
+             "vs %d, nonce %s): a handle of an old or foreign job?",
+             h->name, (int)seg->pid, (int)h->pid, seg->nonce == h->nonce ? "matches" : "differs");
     munmap(p, bytes);
     return ncclxRemoteError;
   }
@@ -134,16 +173,9 @@ static int claimMailbox(shmListenSeg* seg) {
   return -1;
 }
 
-/* Frees what a sendComm holds; unlinks its names when the receiver never took them over. */
-static void sendDestroy(shmComm* c) {
-  if (c->hdr && !c->attached) {
-    char path[SHM_PATH_MAX];
-    shm_unlink(c->name);
-    bellPath(path, c->name, ".r");
-    unlink(path);
-    bellPath(path, c->name, ".s");
-    unlink(path);
-  }
+/* Frees what a sendComm holds, and its names when asked. */
+static void sendDestroy(shmComm* c, int unlinkNames) {
+  if (c->hdr && unlinkNames) unlinkConn(c->name);
   if (c->listen) munmap(c->listen, sizeof(shmListenSeg));
   if (c->hdr) munmap(c->hdr, c->mapBytes);
   if (c->bellWait >= 0) close(c->bellWait);
@@ -239,7 +271,7 @@ ncclxResult_t shmConnect(void* vctx, int dev, const void* handle, void** sendCom
   if (res != ncclxSuccess) {
     atomic_store(&seg->box[box].state, SHM_BOX_FREE);
     munmap(seg, sizeof(shmListenSeg));
-    if (c) sendDestroy(c);
+    if (c) sendDestroy(c, 1); /* not posted: nobody else knows the names */
     return res;
   }
   c->peerPid = h.pid;
@@ -284,10 +316,15 @@ ncclxResult_t shmCheckAttached(shmComm* c) {
 ncclxResult_t shmCloseSend(void* sendComm) {
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND) return ncclxInternalError;
-  if (!c->attached && c->err == ncclxSuccess) shmCheckAttached(c);
   atomic_store(&c->hdr->sendClosed, 1);
   if (atomic_exchange(c->peerSleeping, 0)) shmBellRing(c->bellRing);
-  sendDestroy(c);
+  /* Not accepted yet: like data on a closed TCP socket, what we sent must still reach the
+   * receiver, so the names stay for its accept() (or its closeListen) to remove, unless
+   * nobody will ever come: the listener is closed or gone. Once the receiver has taken the
+   * connection (or refused it) the names are gone already. */
+  int unlinkNames = !c->attached && atomic_load(&c->hdr->recvState) == SHM_RECV_PENDING &&
+                    (atomic_load(&c->listen->closed) || !shmPeerAlive(c->peerPid, c->pidfd));
+  sendDestroy(c, unlinkNames);
   return ncclxSuccess;
 }
 
@@ -315,9 +352,7 @@ ncclxResult_t shmCloseRecv(void* recvComm) {
   return ncclxSuccess;
 }
 
-static const char* modeName(int mode) {
-  return mode == SHM_MODE_CMA ? "single copy (CMA)" : "double copy";
-}
+static const char* modeName(int mode) { return mode == SHM_MODE_CMA ? "single copy (CMA)" : "double copy"; }
 
 /* Single copy needs process_vm_readv on the sender, which ptrace restrictions (YAMA,
  * containers, seccomp) may forbid: read the sender's probe bytes to find out. */
@@ -338,8 +373,11 @@ static ncclxResult_t chooseMode(shmComm* c, char* why, size_t whyLen) {
   }
   snprintf(why, whyLen, "process_vm_readv of pid %d failed: %s", (int)c->peerPid,
            n < 0 ? strerror((int)-n) : "it returned other bytes");
-  if (ctx->pref == SHM_PREF_CMA || senderPref == SHM_PREF_CMA) {
-    SHM_WARN(ctx, "accept: single_copy = cma on the %s but %s (ptrace restrictions such as "
+  /* A sender that closed before we came sent only inline messages (large ones wait for
+   * the mode), so its probe failing says nothing about CMA. */
+  if ((ctx->pref == SHM_PREF_CMA || senderPref == SHM_PREF_CMA) && !atomic_load(&c->hdr->sendClosed)) {
+    SHM_WARN(ctx,
+             "accept: single_copy = cma on the %s but %s (ptrace restrictions such as "
              "kernel.yama.ptrace_scope or a container profile?); set single_copy = auto or none",
              ctx->pref == SHM_PREF_CMA ? "receiver" : "sender", why);
     return ncclxInvalidUsage;
@@ -350,7 +388,8 @@ static ncclxResult_t chooseMode(shmComm* c, char* why, size_t whyLen) {
 
 /* Checks the header of a segment named in a mailbox before trusting any of it. */
 static const char* headerProblem(const shmConnHdr* hdr, size_t mapBytes, uint64_t nonce, int32_t pid) {
-  if (hdr->magic != SHM_CONN_MAGIC || hdr->version != SHM_VERSION) return "not a connection segment of this version";
+  if (hdr->magic != SHM_CONN_MAGIC || hdr->version != SHM_VERSION)
+    return "not a connection segment of this version";
   if (hdr->nonce != nonce) return "nonce differs from this listener's";
   if (hdr->senderPid != pid) return "sender pid differs from the mailbox's";
   uint32_t n = hdr->nslots;
@@ -369,7 +408,8 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
   if (mb->nonce != lc->nonce || !nameValid(mb->name)) {
     SHM_WARN(ctx, "accept: refused a connection from pid %d: %s", (int)mb->pid,
              mb->nonce != lc->nonce ? "its handle's nonce is not this listener's (an old or "
-                                      "foreign job?)" : "malformed segment name");
+                                      "foreign job?)"
+                                    : "malformed segment name");
     return ncclxSuccess;
   }
   shmComm* c = commAlloc(ctx, SHM_KIND_RECV);
@@ -380,8 +420,8 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
   if (err) {
     /* ENOENT: the sender closed (and unlinked) before we got here. */
     SHM_LOG(ctx, err == ENOENT ? NCCLX_LOG_INFO : NCCLX_LOG_WARN,
-            "NET/SHM: accept: dropped a connection from pid %d: cannot open %s: %s", (int)mb->pid,
-            mb->name, strerror(err));
+            "NET/SHM: accept: dropped a connection from pid %d: cannot open %s: %s", (int)mb->pid, mb->name,
+            strerror(err));
     recvDestroy(c);
     return ncclxSuccess;
   }
@@ -401,8 +441,8 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
   if ((err = shmBellOpen(hdr->bellRecv, &c->bellWait)) != 0 ||
       (err = shmBellOpen(hdr->bellSend, &c->bellRing)) != 0) {
     SHM_LOG(ctx, err == ENOENT ? NCCLX_LOG_INFO : NCCLX_LOG_WARN,
-            "NET/SHM: accept: refused a connection from pid %d: cannot open doorbell %s: %s",
-            (int)mb->pid, c->bellWait < 0 ? hdr->bellRecv : hdr->bellSend, strerror(err));
+            "NET/SHM: accept: refused a connection from pid %d: cannot open doorbell %s: %s", (int)mb->pid,
+            c->bellWait < 0 ? hdr->bellRecv : hdr->bellSend, strerror(err));
     atomic_store(&hdr->recvState, SHM_RECV_REFUSED);
   }
   unlink(hdr->bellRecv);
@@ -424,7 +464,8 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
   c->pidfd = shmPidOpen(c->peerPid);
   hdr->mode = (uint32_t)c->mode;
   hdr->recvPid = (int32_t)getpid();
-  atomic_store_explicit(&hdr->recvState, SHM_RECV_ATTACHED, memory_order_release);
+  atomic_store(&hdr->recvState, SHM_RECV_ATTACHED);
+  if (atomic_exchange(c->peerSleeping, 0)) shmBellRing(c->bellRing); /* a sender waiting for the mode */
   if (atomic_exchange(&ctx->loggedMode, c->mode) != c->mode)
     SHM_INFO(ctx, "%s for messages above %zu bytes (%s); %u slots of %zu bytes per connection",
              modeName(c->mode), c->payloadBytes, why, c->nslots, c->payloadBytes);

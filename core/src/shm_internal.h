@@ -33,9 +33,10 @@
 #define SHM_MAX_MESSAGE ((size_t)1 << 30)
 
 /* Progress heuristics. */
-#define SHM_ARM_IDLE 128                        /* idle test() calls before arming the doorbell */
-#define SHM_PEER_CHECK_NS (5ull * 1000000ull)   /* liveness check period while idle */
-#define SHM_CMA_BUDGET ((size_t)4 << 20)        /* bytes one test() copies before returning */
+#define SHM_ARM_IDLE 128                      /* idle test() calls before arming the doorbell */
+#define SHM_ARM_NS (50ull * 1000ull)          /* ... and idle time */
+#define SHM_PEER_CHECK_NS (5ull * 1000000ull) /* liveness check period while idle */
+#define SHM_CMA_BUDGET ((size_t)4 << 20)      /* bytes one test() copies before returning */
 
 #define SHM_HANDLE_MAGIC 0x4d48534eu /* "NSHM" */
 #define SHM_LISTEN_MAGIC 0x4e5453494c4d4853ull
@@ -48,10 +49,15 @@
 enum { SHM_PREF_AUTO = 0, SHM_PREF_CMA = 1, SHM_PREF_NONE = 2 };
 enum { SHM_MODE_UNKNOWN = 0, SHM_MODE_CMA = 1, SHM_MODE_COPY = 2 };
 enum { SHM_BOX_FREE = 0, SHM_BOX_CLAIMED = 1, SHM_BOX_POSTED = 2 };
-enum { SHM_RECV_PENDING = 0, SHM_RECV_ATTACHED = 1, SHM_RECV_REFUSED = 2, SHM_RECV_CLOSED = 3,
-       SHM_RECV_FAILED = 4 };
+enum {
+  SHM_RECV_PENDING = 0,
+  SHM_RECV_ATTACHED = 1,
+  SHM_RECV_REFUSED = 2,
+  SHM_RECV_CLOSED = 3,
+  SHM_RECV_FAILED = 4
+};
 enum { SHM_MSG_INLINE = 1, SHM_MSG_CMA = 2, SHM_MSG_FRAG_FIRST = 3, SHM_MSG_FRAG_NEXT = 4 };
-enum { SHM_STATUS_OK = 0, SHM_STATUS_TOO_BIG = 1, SHM_STATUS_CMA_FAILED = 2 };
+enum { SHM_STATUS_OK = 0, SHM_STATUS_TOO_BIG = 1, SHM_STATUS_FAILED = 2 };
 
 /* What listen() hands out (at most NCCLX_NET_HANDLE_MAXSIZE bytes). */
 typedef struct {
@@ -92,14 +98,14 @@ typedef struct {
   uint64_t size;         /* the whole message's size, in every slot of it */
   uint64_t addr;         /* SHM_MSG_CMA: where the message is in the sender */
   int32_t tag;
-  uint32_t kind; /* SHM_MSG_* */
+  uint32_t kind;                /* SHM_MSG_* */
   uint8_t tiny[SHM_TINY_BYTES]; /* inline messages this small skip the payload area */
 } shmSlotSend;
 _Static_assert(sizeof(shmSlotSend) == SHM_LINE, "slot line A is one cache line");
 
 /* Line B of a slot: written by the receiver. */
 typedef struct {
-  _Atomic uint64_t done; /* seq + 1 once consumed; for SHM_MSG_CMA the sender's ack */
+  _Atomic uint64_t done;   /* seq + 1 once consumed; for SHM_MSG_CMA the sender's ack */
   _Atomic uint32_t status; /* SHM_STATUS_*, valid with done */
   char pad[SHM_LINE - 12];
 } shmSlotRecv;
@@ -150,9 +156,9 @@ typedef struct {
   ncclxLogger_t log;
   size_t bufferBytes; /* payload area per connection */
   uint32_t nslots;
-  int pref;        /* SHM_PREF_* */
-  size_t cmaChunk; /* bytes per process_vm_readv call */
-  int cmaLocalErr; /* errno of the self-test at init, 0 when CMA works in this process */
+  int pref;              /* SHM_PREF_* */
+  size_t cmaChunk;       /* bytes per process_vm_readv call */
+  int cmaLocalErr;       /* errno of the self-test at init, 0 when CMA works in this process */
   atomic_int loggedMode; /* last mode announced at INFO, to log each change once */
 } shmCtx;
 
@@ -165,11 +171,11 @@ typedef struct {
   int state; /* SHM_REQ_* */
   shmComm* comm;
   char* data;
-  size_t size; /* send: message size; recv: buffer size */
-  size_t off;  /* bytes published (send) or received (recv) so far */
-  size_t got;  /* recv: the message's real size, once its first slot is seen */
+  size_t size;     /* send: message size; recv: buffer size */
+  size_t off;      /* bytes published (send) or received (recv) so far */
+  size_t got;      /* recv: the message's real size, once its first slot is seen */
   uint64_t ackSeq; /* send, SHM_MSG_CMA: the slot use whose `done` acks it */
-  int started;
+  int started;     /* recv: SHM_MSG_* of the message's first slot once seen */
   int tag;
 } shmReq;
 
@@ -191,11 +197,12 @@ struct shmComm {
   int pidfd;    /* the peer's, or -1 */
   int epfd;     /* bellWait + pidfd, for getPollFd; -1 until asked */
   pid_t peerPid;
-  uint64_t seq;       /* send: next slot use to publish; recv: next to consume */
-  uint64_t freeLimit; /* send: slot uses below this are known free */
+  uint64_t seq;                 /* send: next slot use to publish; recv: next to consume */
+  uint64_t freeLimit;           /* send: slot uses below this are known free */
   uint64_t first, next, cursor; /* request ring: oldest live, next to post, next to progress */
   ncclxResult_t err;
   unsigned idle;
+  uint64_t idleStartNs;
   int armed;
   uint64_t lastCheckNs;
   /* Sender only. */
@@ -257,10 +264,10 @@ ncclxResult_t shmCheckAttached(shmComm* c);
 const char* shmPeerName(const shmComm* c, char* buf, size_t len);
 
 /* ---- shm_data.c: data path. ---- */
-ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
-                       void* phandle, void** request);
-ncclxResult_t shmIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
-                       void** mhandles, void** phandles, void** request);
+ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                       void** request);
+ncclxResult_t shmIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                       void** phandles, void** request);
 ncclxResult_t shmTest(void* request, int* done, size_t* sizes);
 ncclxResult_t shmGetPollFd(void* comm, int* fd);
 /* Marks c failed with err (sticky), tells the peer, and logs why at WARN. */

@@ -36,8 +36,7 @@ uint64_t shmRandom64(void) {
 }
 
 void shmNewName(char name[SHM_NAME_MAX]) {
-  snprintf(name, SHM_NAME_MAX, "/" SHM_PREFIX "%d-%016llx", (int)getpid(),
-           (unsigned long long)shmRandom64());
+  snprintf(name, SHM_NAME_MAX, "/" SHM_PREFIX "%d-%016llx", (int)getpid(), (unsigned long long)shmRandom64());
 }
 
 int shmSegCreate(const char* name, size_t bytes, void** ptr) {

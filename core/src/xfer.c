@@ -186,7 +186,8 @@ static void xferSleep(ncclxXfer* x, struct xferState* s, int n, struct ncclxComm
   int nfds = 0, sendsWaiting = 0;
   for (int i = 0; i < n && nfds < XFER_STACK_STATES; i++) {
     if (s[i].msgsDone == s[i].msgsTotal) continue;
-    int fd = x[i].isSend ? -1 : s[i].comm->conns[x[i].peer].recvFd;
+    const struct ncclxPeerConn* c = &s[i].comm->conns[x[i].peer];
+    int fd = x[i].isSend ? c->sendFd : c->recvFd;
     if (fd < 0) sendsWaiting = 1;
     else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
