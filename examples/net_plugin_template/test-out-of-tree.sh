@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Proves that a third-party network plugin builds OUT OF TREE against an INSTALLED ncclx and
+# really carries a collective:
+#   1. cmake --install BUILD_DIR into a temporary prefix;
+#   2. configure and build this directory against it (find_package(ncclx), headers only);
+#   3. check the .so exports only ncclxNetPlugin_v1 and does not link libncclx;
+#   4. run tools/ncclx-net-check on it when that tool is built;
+#   5. run a checked 2-rank allreduce (ncclx-perf, up to 1 MiB) with the plugin as the only
+#      network (NCCLX_CORE_SHM=0) and confirm from NCCLX_DEBUG=INFO that it was used.
+# Usage: test-out-of-tree.sh BUILD_DIR     (a built ncclx tree: libncclx and tools/ncclx-perf)
+# Exit status 0 = pass; anything else = failure, with the reason and the relevant log.
+set -euo pipefail
+
+if [ $# -ne 1 ] || [ ! -d "$1" ]; then
+  echo "usage: $0 BUILD_DIR" >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ncclx-net-template.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+fail() {
+  echo "FAIL: $1" >&2
+  if [ $# -gt 1 ] && [ -f "$2" ]; then tail -n 40 "$2" | sed 's/^/  | /' >&2; fi
+  exit 1
+}
+step() { echo "== $*"; }
+
+PERF="$BUILD/tools/ncclx-perf"
+[ -x "$PERF" ] || fail "$PERF is not built (build the ncclx-perf target first)"
+
+step "install $BUILD into $WORK/prefix"
+cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log" 2>&1 ||
+  fail "cmake --install failed" "$WORK/install.log"
+[ -f "$WORK/prefix/include/ncclx/net.h" ] || fail "the install has no include/ncclx/net.h"
+
+step "configure and build the template against the installed headers"
+cmake -S "$HERE" -B "$WORK/build" -DCMAKE_PREFIX_PATH="$WORK/prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON > "$WORK/configure.log" 2>&1 ||
+  fail "configuring the template failed" "$WORK/configure.log"
+cmake --build "$WORK/build" > "$WORK/build.log" 2>&1 || fail "building the template failed" "$WORK/build.log"
+PLUGIN="$WORK/build/libncclx-net-template.so"
+[ -f "$PLUGIN" ] || fail "$PLUGIN was not produced" "$WORK/build.log"
+# It must compile against the installed copy, not the source tree.
+grep -q -- "-I$WORK/prefix/include\|-isystem $WORK/prefix/include" "$WORK/build/compile_commands.json" ||
+  fail "the template was not compiled against the installed headers" "$WORK/build/compile_commands.json"
+
+step "check the shared object"
+exports=$(nm -D --defined-only "$PLUGIN" | awk '{print $3}' | tr '\n' ' ')
+[ "$exports" = "ncclxNetPlugin_v1 " ] || fail "exports '$exports', expected only ncclxNetPlugin_v1"
+if readelf -d "$PLUGIN" | grep -q 'NEEDED.*libncclx'; then
+  fail "the plugin links libncclx; a plugin must use only the headers"
+fi
+
+if [ -x "$BUILD/tools/ncclx-net-check" ]; then
+  step "tools/ncclx-net-check"
+  "$BUILD/tools/ncclx-net-check" "$PLUGIN" > "$WORK/check.log" 2>&1 ||
+    fail "ncclx-net-check refused the template" "$WORK/check.log"
+else
+  echo "   (tools/ncclx-net-check not built; skipping that step)"
+fi
+
+step "2-rank allreduce over the template network"
+echo "; intentionally empty: the environment below configures everything" > "$WORK/empty.ini"
+(
+  cd "$WORK" # no stray ./ncclx.ini
+  NCCLX_CONF_FILE="$WORK/empty.ini" NCCLX_NET_PLUGIN="$PLUGIN" NCCLX_CORE_SHM=0 \
+    NCCLX_DEBUG=INFO NCCLX_DEBUG_SUBSYS=INIT,NET,PLUGIN \
+    timeout 300 "$PERF" allreduce -np 2 -b 8 -e 1M -n 5 -w 2 -T 240
+) > "$WORK/perf.log" 2>&1 || fail "ncclx-perf failed" "$WORK/perf.log"
+
+used=$(grep -c "net: using plugin 'template' from $PLUGIN" "$WORK/perf.log" || true)
+[ "$used" -eq 2 ] || fail "expected both ranks to log \"net: using plugin 'template'\", found $used" "$WORK/perf.log"
+if grep -q "refused\|falling back" "$WORK/perf.log"; then
+  fail "a plugin was refused or the core fell back to another network" "$WORK/perf.log"
+fi
+grep -q "# Out of bounds values : 0 OK" "$WORK/perf.log" || fail "results were not checked or wrong" "$WORK/perf.log"
+grep -q "^ *1048576 " "$WORK/perf.log" || fail "the 1 MiB row is missing" "$WORK/perf.log"
+grep "NET/Template\|net: using" "$WORK/perf.log" | sed 's/^/   /'
+echo "PASS: template plugin built out of tree, loaded and carried a checked 2-rank allreduce"
