@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+extern char** environ;
+
 #include "mp_util.h"
 
 #define MAX_PRINT 5 /* mismatches printed per case; all are counted */
@@ -194,7 +196,8 @@ static void checkSendIntact(Case* c, const void* buf, size_t n, const RedVectors
 
 static void runAllReduce(uint64_t seed, ncclxDataType_t t, ncclxRedOp_t op, size_t count,
                          int inplace, size_t sendOff, size_t recvOff) {
-  Case c = newCase("allreduce", t, op, count, inplace, -1, sendOff, inplace ? sendOff : recvOff);
+  if (inplace) sendOff = recvOff; /* the one buffer gets the receive offset */
+  Case c = newCase("allreduce", t, op, count, inplace, -1, sendOff, recvOff);
   const RedVectors* vec = redVectors(seed, t, op, count);
   size_t es = mpTypeSize(t);
   mpBuf sb, rb;
@@ -216,7 +219,8 @@ static void runAllReduce(uint64_t seed, ncclxDataType_t t, ncclxRedOp_t op, size
 
 static void runReduce(uint64_t seed, ncclxDataType_t t, ncclxRedOp_t op, size_t count,
                       int inplace, int root, size_t sendOff, size_t recvOff) {
-  Case c = newCase("reduce", t, op, count, inplace, root, sendOff, inplace ? sendOff : recvOff);
+  if (inplace) sendOff = recvOff; /* the one buffer gets the receive offset */
+  Case c = newCase("reduce", t, op, count, inplace, root, sendOff, recvOff);
   const RedVectors* vec = redVectors(seed, t, op, count);
   size_t es = mpTypeSize(t);
   mpBuf sb, rb;
@@ -238,8 +242,9 @@ static void runReduce(uint64_t seed, ncclxDataType_t t, ncclxRedOp_t op, size_t 
 
 static void runReduceScatter(uint64_t seed, ncclxDataType_t t, ncclxRedOp_t op, size_t recvcount,
                              int inplace, size_t sendOff, size_t recvOff) {
+  if (inplace) sendOff = recvOff; /* the one buffer gets the receive offset */
   Case c = newCase("reducescatter", t, op, recvcount, inplace, -1, sendOff,
-                   inplace ? sendOff : recvOff);
+                   recvOff);
   size_t es = mpTypeSize(t), total = recvcount * (size_t)g.nranks;
   size_t mine = (size_t)g.rank * recvcount;
   const RedVectors* vec = redVectors(seed, t, op, total);
@@ -311,7 +316,8 @@ static void checkSentinel(Case* c, const char* what, const unsigned char* p, siz
 
 static void runBroadcast(ncclxDataType_t t, size_t count, int inplace, int root, size_t sendOff,
                          size_t recvOff) {
-  Case c = newCase("broadcast", t, -1, count, inplace, root, sendOff, inplace ? sendOff : recvOff);
+  if (inplace) sendOff = recvOff;
+  Case c = newCase("broadcast", t, -1, count, inplace, root, sendOff, recvOff);
   uint64_t seed = g.caseNo;
   size_t bytes = count * mpTypeSize(t);
   mpBuf sb, rb;
@@ -857,9 +863,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "coll_check supports at most 64 ranks\n");
     return 2;
   }
-  if (g.rank == 0)
+  if (g.rank == 0) {
     printf("coll_check: %d ranks, %s matrix, init %.2f s\n", g.nranks, g.reduced ? "reduced" : "full",
            mpNow() - t0);
+    for (char** e = environ; *e; e++) /* the settings this run covers */
+      if (!strncmp(*e, "NCCLX_", 6)) printf("  %s\n", *e);
+  }
 
   double ts = mpNow();
   reducingMatrix();

@@ -225,6 +225,8 @@ static int timeoutRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
     if (countWrong(r, 0)) return failf(rank, "warm-up allreduce %s gave wrong data", "");
   }
   if (rank == 3) {
+    free(s);
+    free(r);
     if (mpWaitRelease(&g_job, 60.0) != 0) return failf(rank, "never released %s", "");
     ncclxCommAbort(comm);
     return 0;
