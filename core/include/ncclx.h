@@ -105,6 +105,10 @@ ncclxResult_t ncclxCommSplit(ncclxComm_t comm, int color, int key, ncclxComm_t* 
                              ncclxConfig_t* config);
 ncclxResult_t ncclxCommFinalize(ncclxComm_t comm);
 ncclxResult_t ncclxCommDestroy(ncclxComm_t comm);
+/* Write the communicator's state (current operation, sequence numbers, per-peer progress;
+ * the profiler plugin's view as well when one is loaded) to `path` for offline analysis
+ * (tools/ncclx-analyze). Safe from any thread, also while an operation is stuck. */
+ncclxResult_t ncclxCommDump(ncclxComm_t comm, const char* path);
 /* Safe from any thread while operations are in flight: they fail, nothing hangs. */
 ncclxResult_t ncclxCommAbort(ncclxComm_t comm);
 ncclxResult_t ncclxCommGetAsyncError(ncclxComm_t comm, ncclxResult_t* asyncError);

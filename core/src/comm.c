@@ -112,6 +112,7 @@ void commRelease(struct ncclxComm* comm) {
   pthread_mutex_destroy(&comm->connLock);
   pthread_mutex_destroy(&comm->execLock);
   pthread_mutex_destroy(&comm->errLock);
+  pthread_mutex_destroy(&comm->liveLock);
   comm->magic = 0;
   free(comm);
 }
@@ -179,6 +180,7 @@ static struct ncclxComm* commAlloc(int rank, int nranks) {
   pthread_mutex_init(&comm->connLock, NULL);
   pthread_mutex_init(&comm->execLock, NULL);
   pthread_mutex_init(&comm->errLock, NULL);
+  pthread_mutex_init(&comm->liveLock, NULL);
   atomic_init(&comm->refs, 1);
   atomic_init(&comm->abortFlag, 0);
   atomic_init(&comm->asyncError, ncclxSuccess);

@@ -12,6 +12,8 @@
 
 #define NCCLX_HOSTNAME_MAX 64
 
+struct ncclxXferLive;
+
 /* What every rank publishes about itself at init (bootstrap all-gather). */
 struct ncclxPeerInfo {
   int rank;
@@ -69,6 +71,10 @@ struct ncclxComm {
   uint64_t collSeq, p2pSeq;
   const char* curOpName; /* "allreduce", for error messages */
   uint64_t curOpSeq;
+  void* curProfEvent;    /* profiler handle of the running op: parent of its STEP events */
+  /* The step in progress, published for ncclxCommDump from other threads. */
+  struct ncclxXferLive* live; /* under liveLock: it lives on the running step's stack */
+  pthread_mutex_t liveLock;
 
   /* Error state: sticky once set. */
   atomic_int abortFlag;

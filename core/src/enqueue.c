@@ -147,7 +147,10 @@ static ncclxResult_t execColl(struct ncclxOp* op) {
          collFuncName(op->coll.coll), (unsigned long long)seq, op->coll.count,
          ncclxTypeName(op->coll.datatype), ncclxOpName(op->coll.op), op->coll.root, comm->name,
          comm->nranks, ncclxAlgoName(op->coll.algo), ncclxProtoName(op->coll.proto));
-    void* ev = profEnabled(comm, NCCLX_PROFILE_COLL) ? profCollStart(comm, &op->coll, seq, op->stream) : NULL;
+    void* ev = profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)
+                   ? profCollStart(comm, &op->coll, seq, op->stream)
+                   : NULL;
+    comm->curProfEvent = ev;
     /* The progress engine and the algorithms chunk by comm->chunkBytes: lend it the
      * tuner's choice for this call. */
     size_t defaultChunk = comm->chunkBytes;
@@ -156,6 +159,7 @@ static ncclxResult_t execColl(struct ncclxOp* op) {
     comm->chunkBytes = defaultChunk;
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
     profStop(comm, ev);
+    comm->curProfEvent = NULL;
     comm->curOpName = NULL;
   }
   pthread_mutex_unlock(&comm->execLock);
@@ -198,8 +202,10 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
       uint64_t seq = ++op->comm->p2pSeq;
       x[i] = (ncclxXfer){.comm = op->comm, .peer = op->peer, .isSend = op->kind == OP_SEND,
                          .buf = op->buf, .bytes = op->count * ncclxTypeSize(op->type)};
-      if (profEnabled(op->comm, NCCLX_PROFILE_P2P))
+      if (profEnabled(op->comm, NCCLX_PROFILE_P2P | NCCLX_PROFILE_STEP))
         events[i] = profP2pStart(op->comm, op->kind == OP_SEND, op->buf, op->count, op->type, op->peer, seq);
+      /* A group's steps hang under its first operation on each communicator. */
+      if (!op->comm->curProfEvent) op->comm->curProfEvent = events[i];
     }
     res = xferRun(ops[0]->comm, x, n);
     for (int i = 0; i < n; i++) {
@@ -209,6 +215,7 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
   }
   for (int j = 0; j < ncomms; j++) {
     comms[j]->curOpName = NULL;
+    comms[j]->curProfEvent = NULL;
     pthread_mutex_unlock(&comms[j]->execLock);
   }
   free(comms), free(x), free(events);

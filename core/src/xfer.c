@@ -12,6 +12,8 @@
 
 #include "debug.h"
 #include "peers.h"
+#include "prof.h"
+#include "transport.h"
 
 #define XFER_MAX_INFLIGHT 4 /* chunks in flight per transfer (<= size of ncclxXfer.reqs) */
 #define XFER_STACK_STATES 64
@@ -21,7 +23,36 @@ struct xferState {
   size_t chunk;
   size_t msgsTotal, msgsPosted, msgsDone;
   int prev; /* earlier transfer on the same (comm, peer, direction), or -1 */
+  void* event; /* profiler STEP event, or NULL */
 };
+
+static void stepStart(ncclxXfer* x, struct xferState* s, int i) {
+  struct ncclxComm* comm = s->comm;
+  if (!profEnabled(comm, NCCLX_PROFILE_STEP) || x->peer == comm->rank) return;
+  ncclxProfilerEventDescr_v1_t d;
+  memset(&d, 0, sizeof(d));
+  d.type = NCCLX_PROFILE_STEP;
+  d.parent = comm->curProfEvent;
+  d.rank = comm->rank;
+  d.step.peer = x->peer;
+  d.step.isSend = x->isSend;
+  d.step.bytes = x->bytes;
+  d.step.step = i;
+  d.step.transport = comm->tp[transportFor(comm, x->peer)].net->name;
+  if (comm->profiler->startEvent(comm->profilerCtx, &s->event, &d) != ncclxSuccess) s->event = NULL;
+}
+
+static void stepState(struct xferState* s, ncclxProfilerState_t state, size_t bytes) {
+  if (!s->event) return;
+  ncclxProfilerStateArgs_v1_t args = {.bytes = bytes};
+  s->comm->profiler->recordEventState(s->event, state, &args);
+}
+
+static void stepStop(struct xferState* s) {
+  if (!s->event) return;
+  s->comm->profiler->stopEvent(s->event);
+  s->event = NULL;
+}
 
 static double nowSec(void) {
   struct timespec ts;
@@ -124,8 +155,8 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
     x[i].reqs[slot] = req;
     x[i].reqBytes[slot] = len;
     x[i].inflight++;
-    x[i].postedBytes += len;
-    s[i].msgsPosted++;
+    __atomic_store_n(&x[i].postedBytes, x[i].postedBytes + len, __ATOMIC_RELAXED);
+    if (s[i].msgsPosted++ == 0) stepState(&s[i], NCCLX_PROFILE_STATE_POSTED, 0);
     *progress = 1;
   }
   return ncclxSuccess;
@@ -174,7 +205,9 @@ static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* pro
                       "(counts differ between ranks?)",
                       opName(comm), (unsigned long long)comm->curOpSeq,
                       commDescribeRank(comm, x[i].peer, who, sizeof(who)), got, x[i].reqBytes[slot]);
-    x[i].doneBytes += x[i].reqBytes[slot];
+    __atomic_store_n(&x[i].doneBytes, x[i].doneBytes + x[i].reqBytes[slot], __ATOMIC_RELAXED);
+    stepState(&s[i], NCCLX_PROFILE_STATE_PROGRESS, x[i].doneBytes);
+    if (s[i].msgsDone == s[i].msgsTotal) stepStop(&s[i]);
   }
   return ncclxSuccess;
 }
@@ -237,6 +270,7 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
     s[i].msgsTotal = x[i].bytes == 0 ? 1 : (x[i].bytes + s[i].chunk - 1) / s[i].chunk;
     s[i].msgsPosted = s[i].msgsDone = 0;
     s[i].prev = -1;
+    s[i].event = NULL;
     for (int j = i - 1; j >= 0; j--)
       if (s[j].comm == s[i].comm && x[j].peer == x[i].peer && x[j].isSend == x[i].isSend) {
         s[i].prev = j;
@@ -245,8 +279,14 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
     x[i].postedBytes = x[i].doneBytes = 0;
     x[i].inflight = x[i].head = 0;
   }
+  struct ncclxXferLive live = {x, n};
+  pthread_mutex_lock(&comm->liveLock);
+  comm->live = &live;
+  pthread_mutex_unlock(&comm->liveLock);
   ncclxResult_t res = xferSelf(x, s, n);
   if (res == ncclxSuccess) res = xferConnect(x, s, n);
+  for (int i = 0; i < n && res == ncclxSuccess; i++)
+    if (s[i].msgsDone != s[i].msgsTotal) stepStart(&x[i], &s[i], i);
 
   double lastProgress = nowSec();
   unsigned idle = 0;
@@ -275,6 +315,16 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
   }
   /* On failure, requests still in flight stay with the transport until the connection is
    * closed; the communicator is unusable from here on. */
+  for (int i = 0; i < n; i++) {
+    if (s[i].event && res != ncclxSuccess) {
+      ncclxProfilerStateArgs_v1_t args = {.result = res, .message = ncclxThreadLastError()};
+      comm->profiler->recordEventState(s[i].event, NCCLX_PROFILE_STATE_FAILED, &args);
+    }
+    stepStop(&s[i]);
+  }
+  pthread_mutex_lock(&comm->liveLock);
+  comm->live = NULL;
+  pthread_mutex_unlock(&comm->liveLock);
   if (s != stackStates) free(s);
   return res;
 }

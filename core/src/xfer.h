@@ -35,6 +35,12 @@ typedef struct {
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 
+/* What ncclxCommDump sees of the step in progress (xfer.c publishes it on comm->live). */
+struct ncclxXferLive {
+  ncclxXfer* xfers;
+  int n;
+};
+
 /* Shorthands for the common steps of collective algorithms. A peer < 0 skips that half. */
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
                            size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes);

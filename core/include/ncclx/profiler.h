@@ -118,6 +118,9 @@ typedef struct {
   ncclxResult_t (*recordEventState)(void* eHandle, ncclxProfilerState_t state,
                                     const ncclxProfilerStateArgs_v1_t* args);
   ncclxResult_t (*finalize)(void* ctx);
+  /* Optional: write this communicator's state as the plugin knows it (in-flight operations,
+   * per-peer progress) to `path`; called by ncclxCommDump. */
+  ncclxResult_t (*dump)(void* ctx, const char* path);
 } ncclxProfiler_v1_t;
 
 typedef ncclxProfiler_v1_t ncclxProfiler_t;
