@@ -82,6 +82,13 @@ struct ncclxComm {
   pthread_mutex_t errLock;
   char lastError[1024];
 
+  /* Last choices of the default tuner, by (collective, bytes): the model is deterministic,
+   * so repeated calls of one shape (the common case in training loops) skip it. */
+  struct {
+    int coll, algo, proto;
+    size_t bytes;
+  } tuneCache[16];
+
   /* Plugins. */
   const ncclxTuner_t* tuner;
   void* tunerCtx;

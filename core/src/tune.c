@@ -173,8 +173,18 @@ void tuneCommFinalize(struct ncclxComm* comm) {
 void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   pthread_once(&overrideOnce, parseOverride);
   args->chunkBytes = comm->chunkBytes;
+  size_t callBytes = tuneCallBytes(comm, args);
+  /* Slot 0 of a fresh comm is {coll 0, bytes 0, algo 0}: mark with algo+1 to tell "empty". */
+  unsigned slot = (unsigned)((callBytes * 0x9e3779b97f4a7c15ull) >> 60) ^ (unsigned)args->coll;
+  slot %= sizeof(comm->tuneCache) / sizeof(comm->tuneCache[0]);
+  if (!comm->tuner && comm->tuneCache[slot].algo > 0 && comm->tuneCache[slot].coll == (int)args->coll &&
+      comm->tuneCache[slot].bytes == callBytes) {
+    args->algo = comm->tuneCache[slot].algo - 1;
+    args->proto = comm->tuneCache[slot].proto;
+    return;
+  }
   float table[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
-  double bytes = (double)tuneCallBytes(comm, args);
+  double bytes = (double)callBytes;
   for (int a = 0; a < NCCLX_NUM_ALGOS; a++)
     for (int p = 0; p < NCCLX_NUM_PROTOS; p++) {
       double c = -1.0;
@@ -216,4 +226,10 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   args->proto = proto;
   if (args->chunkBytes < 4096) args->chunkBytes = 4096;
   if (args->chunkBytes > comm->maxMessageBytes) args->chunkBytes = comm->maxMessageBytes;
+  if (!comm->tuner) {
+    comm->tuneCache[slot].coll = (int)args->coll;
+    comm->tuneCache[slot].bytes = callBytes;
+    comm->tuneCache[slot].algo = algo + 1;
+    comm->tuneCache[slot].proto = proto;
+  }
 }
