@@ -1,0 +1,485 @@
+/* Connection setup over control tags.
+ *
+ *   listen()   picks a listen id and nonce, posts receives on tag CONNECT|listenId, and puts
+ *              {endpoint address, listen id, nonce, its pid/host identity} in the handle.
+ *   connect()  adds the listener to the address vector, posts a receive on REPLY|pendingId,
+ *              then sends {its own address, the nonce, pendingId, identity} to CONNECT|listenId.
+ *   listener   (inside completion processing) checks magic and nonce, adds the sender to the
+ *              address vector, assigns a connection id unique on its endpoint, creates the
+ *              receive comm and replies {OK, connId}; a wrong nonce gets a refusal and a WARN.
+ *   accept()   hands out the receive comms made that way, one per call.
+ *   connect()  returns the send comm once the reply arrived and its own send completed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ofi_internal.h"
+
+/* A connect in progress, found again across connect() calls by its handle. */
+typedef struct ofiPending {
+  ofiObj obj;
+  ofiHandle handle;
+  void** owner; /* the caller's *sendComm slot */
+  uint64_t startNs, lastTouchNs, lastCheckNs;
+  fi_addr_t peer;
+  uint32_t pendingId;
+  int sendPosted, sendDone, replyDone;
+  int failErr; /* FI_E* of a failed step, 0 if none */
+  char failMsg[384];
+  ofiOp sendOp, replyOp;
+  size_t replyLen;
+  ofiConnectMsg msg;
+  ofiReplyMsg reply;
+  char peerName[128];
+  struct ofiPending* next;
+} ofiPending;
+
+/* A listener's reply: in flight (nobody waits for it) or queued on the device because the
+ * provider said FI_EAGAIN. */
+typedef struct ofiCtrlSend {
+  ofiObj obj;
+  ofiOp op;
+  fi_addr_t to;
+  ofiReplyMsg msg;
+  struct ofiCtrlSend* next;
+} ofiCtrlSend;
+
+/* Pending connects of all devices (few, short-lived). The list has its own lock; an entry's
+ * fields are touched only with its device's lock held. */
+static pthread_mutex_t pendingLock = PTHREAD_MUTEX_INITIALIZER;
+static ofiPending* pendingList;
+
+static void destroyFree(ofiObj* obj) { free(obj); }
+
+static void destroyListen(ofiObj* obj) {
+  ofiListenComm* lc = (ofiListenComm*)obj;
+  free(lc->ready);
+  free(lc);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Listener side
+ * ------------------------------------------------------------------------------------------ */
+
+static void ctrlSendDone(ofiOp* op, size_t len, int err, const char* msg) {
+  (void)op, (void)len, (void)err, (void)msg; /* released at once: never called */
+}
+
+/* 1 when posted (or failed for good), 0 when the provider wants us to try again later. */
+static int replyPost(ofiDevice* d, ofiCtrlSend* cs) {
+  ssize_t ret = ofiPostTagged(d, &cs->op, &cs->obj, ctrlSendDone, 1, &cs->msg, sizeof(cs->msg),
+                              NULL, cs->to, OFI_CTRL_TAG(OFI_KIND_REPLY, cs->msg.pendingId), 0);
+  if (ret == -FI_EAGAIN) return 0;
+  if (ret != 0)
+    OFI_WARN(d->ctx, "%s: sending a connection reply failed: %s", d->name, fi_strerror((int)-ret));
+  ofiObjRelease(&cs->obj); /* frees itself when the send completes */
+  return 1;
+}
+
+static void sendReply(ofiDevice* d, fi_addr_t to, uint32_t pendingId, uint32_t status,
+                      uint32_t connId) {
+  ofiCtrlSend* cs = calloc(1, sizeof(*cs));
+  if (!cs) return;
+  ofiObjInit(&cs->obj, OFI_OBJ_CTRL, d, destroyFree);
+  cs->to = to;
+  cs->msg.magic = OFI_REPLY_MAGIC;
+  cs->msg.status = status;
+  cs->msg.connId = connId;
+  cs->msg.pendingId = pendingId;
+  cs->msg.who = d->ctx->self;
+  if (d->replyQueue == NULL && replyPost(d, cs)) return;
+  /* Keep replies in order behind those already waiting; ofiProgress retries them. */
+  ofiCtrlSend** tail = &d->replyQueue;
+  while (*tail) tail = &(*tail)->next;
+  *tail = cs;
+}
+
+void ofiRetryReplies(ofiDevice* d) {
+  while (d->replyQueue) {
+    ofiCtrlSend* cs = d->replyQueue;
+    ofiCtrlSend* next = cs->next;
+    if (!replyPost(d, cs)) return;
+    d->replyQueue = next;
+  }
+}
+
+static void ctrlRecvDone(ofiOp* op, size_t len, int err, const char* msg);
+
+static void postCtrlRecv(ofiListenComm* lc, ofiCtrlRecv* rx) {
+  ofiDevice* d = lc->obj.dev;
+  if (rx->op.posted) return;
+  ssize_t ret =
+      ofiPostTagged(d, &rx->op, &lc->obj, ctrlRecvDone, 0, &rx->msg, sizeof(rx->msg), NULL,
+                    FI_ADDR_UNSPEC, OFI_CTRL_TAG(OFI_KIND_CONNECT, lc->listenId), 0);
+  if (ret != 0 && ret != -FI_EAGAIN) /* EAGAIN: accept() posts it again */
+    OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s", d->name, fi_strerror((int)-ret));
+}
+
+static int pushReady(ofiListenComm* lc, ofiComm* c) {
+  if (lc->nready == lc->capReady) {
+    int cap = lc->capReady ? 2 * lc->capReady : 8;
+    ofiComm** n = realloc(lc->ready, (size_t)cap * sizeof(*n));
+    if (!n) return -1;
+    lc->ready = n;
+    lc->capReady = cap;
+  }
+  lc->ready[lc->nready++] = c;
+  return 0;
+}
+
+static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len) {
+  ofiDevice* d = lc->obj.dev;
+  ofiCtx* ctx = d->ctx;
+  size_t head = offsetof(ofiConnectMsg, addr);
+  if (len < head || m->magic != OFI_CONNECT_MAGIC || m->addrLen == 0 || m->addrLen > OFI_MAX_ADDR ||
+      len < head + m->addrLen) {
+    OFI_WARN(ctx,
+             "%s: refused a connect message of %zu bytes on listener %u: not from an ncclx "
+             "ofi peer (bad magic or length)",
+             d->name, len, lc->listenId);
+    return;
+  }
+  char peerName[128];
+  ofiFormatAddr(d, m->addr, m->addrLen, peerName, sizeof(peerName));
+  fi_addr_t fa;
+  if (ofiPeerInsert(d, m->addr, m->addrLen, &fa) != ncclxSuccess) return;
+  if (m->nonce != lc->nonce || m->listenId != lc->listenId) {
+    OFI_WARN(ctx,
+             "%s: refused connection from %s (pid %u) on listener %u: wrong nonce (a "
+             "stranger, or a sender holding a stale handle)",
+             d->name, peerName, m->who.pid, lc->listenId);
+    sendReply(d, fa, m->pendingId, OFI_REPLY_BAD_NONCE, 0);
+    return;
+  }
+  uint32_t connId = d->nextConnId;
+  d->nextConnId = (d->nextConnId + 1) & OFI_CONN_ID_MASK;
+  ofiComm* c = ofiCommCreate(d, OFI_OBJ_RECV, fa, connId, m->pendingId, &m->who, peerName);
+  if (!c || pushReady(lc, c) != 0) {
+    OFI_WARN(ctx, "%s: out of memory accepting a connection from %s", d->name, peerName);
+    if (c) ofiObjRelease(&c->obj);
+    return;
+  }
+  OFI_TRACE(ctx, "%s: accepted %s (pid %u) on listener %u as connection %u", d->name, peerName,
+            m->who.pid, lc->listenId, connId);
+  sendReply(d, fa, m->pendingId, OFI_REPLY_OK, connId);
+}
+
+static void ctrlRecvDone(ofiOp* op, size_t len, int err, const char* msg) {
+  ofiCtrlRecv* rx = (ofiCtrlRecv*)op;
+  ofiListenComm* lc = rx->lc;
+  if (err == FI_ECANCELED || lc->obj.released) return;
+  if (err)
+    OFI_WARN(lc->obj.dev->ctx, "%s: a connect message on listener %u failed: %s", lc->obj.dev->name,
+             lc->listenId, msg);
+  else
+    handleConnect(lc, &rx->msg, len);
+  postCtrlRecv(lc, rx);
+}
+
+ncclxResult_t ofiListen(void* vctx, int dev, void* handle, void** listenComm) {
+  ofiCtx* ctx = vctx;
+  if (!ctx || !handle || !listenComm) return ncclxInternalError;
+  *listenComm = NULL;
+  if (dev < 0 || dev >= ctx->ndev) {
+    OFI_WARN(ctx, "listen: device %d does not exist (%d devices)", dev, ctx->ndev);
+    return ncclxInternalError;
+  }
+  ofiDevice* d = &ctx->devs[dev];
+  pthread_mutex_lock(&d->lock);
+  ncclxResult_t res = ofiDeviceEnsureOpen(d);
+  ofiListenComm* lc = res == ncclxSuccess ? calloc(1, sizeof(*lc)) : NULL;
+  if (!lc) {
+    pthread_mutex_unlock(&d->lock);
+    return res == ncclxSuccess ? ncclxSystemError : res;
+  }
+  ofiObjInit(&lc->obj, OFI_OBJ_LISTEN, d, destroyListen);
+  lc->listenId = d->nextListenId++;
+  lc->nonce = ofiRandom64();
+  for (int i = 0; i < OFI_CTRL_RECVS; i++) {
+    lc->rx[i].lc = lc;
+    postCtrlRecv(lc, &lc->rx[i]);
+  }
+  int posted = 0;
+  for (int i = 0; i < OFI_CTRL_RECVS; i++) posted += lc->rx[i].op.posted;
+  if (posted == 0) {
+    OFI_WARN(ctx, "listen on %s: cannot post any connect receive", d->name);
+    ofiObjRelease(&lc->obj);
+    pthread_mutex_unlock(&d->lock);
+    return ncclxSystemError;
+  }
+  ofiHandle h;
+  memset(&h, 0, sizeof(h));
+  h.magic = OFI_HANDLE_MAGIC;
+  h.addrLen = (uint16_t)d->addrLen;
+  h.listenId = lc->listenId;
+  h.pid = ctx->self.pid;
+  h.nonce = lc->nonce;
+  h.hostHash = ctx->self.hostHash;
+  h.startTime = ctx->self.startTime;
+  memcpy(h.addr, d->addr, d->addrLen);
+  memset(handle, 0, NCCLX_NET_HANDLE_MAXSIZE);
+  memcpy(handle, &h, sizeof(h));
+  OFI_TRACE(ctx, "listening on %s (%s) as listener %u", d->name, d->addrStr, lc->listenId);
+  pthread_mutex_unlock(&d->lock);
+  *listenComm = lc;
+  return ncclxSuccess;
+}
+
+ncclxResult_t ofiAccept(void* listenComm, void** recvComm) {
+  ofiListenComm* lc = listenComm;
+  if (!recvComm || !lc || lc->obj.kind != OFI_OBJ_LISTEN) return ncclxInternalError;
+  *recvComm = NULL;
+  ofiDevice* d = lc->obj.dev;
+  pthread_mutex_lock(&d->lock);
+  if (lc->nready == 0) {
+    for (int i = 0; i < OFI_CTRL_RECVS; i++) postCtrlRecv(lc, &lc->rx[i]);
+    if (ofiProgress(d) == 0) ofiArmPollFd(d);
+  }
+  if (lc->nready > 0) {
+    *recvComm = lc->ready[0];
+    memmove(lc->ready, lc->ready + 1, (size_t)(lc->nready - 1) * sizeof(*lc->ready));
+    lc->nready--;
+  }
+  pthread_mutex_unlock(&d->lock);
+  return ncclxSuccess;
+}
+
+ncclxResult_t ofiCloseListen(void* listenComm) {
+  ofiListenComm* lc = listenComm;
+  if (!lc || lc->obj.kind != OFI_OBJ_LISTEN) return ncclxInternalError;
+  ofiDevice* d = lc->obj.dev;
+  pthread_mutex_lock(&d->lock);
+  /* Comms made but never accepted have no operations yet; their senders find out through
+   * their own errors or the core's timeout. */
+  for (int i = 0; i < lc->nready; i++) ofiObjRelease(&lc->ready[i]->obj);
+  lc->nready = 0;
+  for (int i = 0; i < OFI_CTRL_RECVS; i++)
+    if (lc->rx[i].op.posted) (void)fi_cancel(&d->ep->fid, &lc->rx[i].op.fctx);
+  ofiObjRelease(&lc->obj); /* freed once the cancelled receives complete */
+  pthread_mutex_unlock(&d->lock);
+  return ncclxSuccess;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Sender side
+ * ------------------------------------------------------------------------------------------ */
+
+static void pendingSendDone(ofiOp* op, size_t len, int err, const char* msg) {
+  (void)len;
+  ofiPending* p = (ofiPending*)((char*)op - offsetof(ofiPending, sendOp));
+  p->sendDone = 1;
+  if (err && !p->failErr) {
+    p->failErr = err;
+    snprintf(p->failMsg, sizeof(p->failMsg), "sending the connect message failed: %s", msg);
+  }
+}
+
+static void pendingReplyDone(ofiOp* op, size_t len, int err, const char* msg) {
+  ofiPending* p = (ofiPending*)((char*)op - offsetof(ofiPending, replyOp));
+  p->replyDone = 1;
+  p->replyLen = len;
+  if (err && !p->failErr) {
+    p->failErr = err;
+    snprintf(p->failMsg, sizeof(p->failMsg), "receiving the connect reply failed: %s", msg);
+  }
+}
+
+static void pendingFree(ofiPending* p) {
+  if (p->replyOp.posted) (void)fi_cancel(&p->obj.dev->ep->fid, &p->replyOp.fctx);
+  ofiObjRelease(&p->obj); /* freed once its operations complete */
+}
+
+/* Take the pending connect for this handle out of the list, preferring the one started for
+ * the same *sendComm slot; stale ones (abandoned by their caller) are dropped. Connections
+ * to one handle are interchangeable, so any match is correct. */
+static ofiPending* pendingTake(ofiDevice* d, const ofiHandle* h, void** owner) {
+  uint64_t now = ofiNowNs();
+  ofiPending **pick = NULL, **pp = &pendingList, *stale = NULL;
+  pthread_mutex_lock(&pendingLock);
+  while (*pp) {
+    ofiPending* p = *pp;
+    if (p->obj.dev == d && now - p->lastTouchNs > OFI_STALE_CONNECT_NS) {
+      *pp = p->next;
+      p->next = stale;
+      stale = p;
+      continue;
+    }
+    if (p->obj.dev == d && memcmp(&p->handle, h, sizeof(*h)) == 0 && (!pick || p->owner == owner))
+      pick = pp;
+    pp = &p->next;
+  }
+  ofiPending* found = NULL;
+  if (pick) {
+    found = *pick;
+    *pick = found->next;
+    found->owner = owner;
+  }
+  pthread_mutex_unlock(&pendingLock);
+  while (stale) { /* device lock is held by the caller */
+    ofiPending* p = stale;
+    stale = p->next;
+    pendingFree(p);
+  }
+  return found;
+}
+
+static void pendingPut(ofiPending* p) {
+  p->lastTouchNs = ofiNowNs();
+  pthread_mutex_lock(&pendingLock);
+  p->next = pendingList;
+  pendingList = p;
+  pthread_mutex_unlock(&pendingLock);
+}
+
+void ofiPendingForget(ofiCtx* ctx) {
+  pthread_mutex_lock(&pendingLock);
+  for (ofiPending** pp = &pendingList; *pp;) {
+    ofiDevice* d = (*pp)->obj.dev;
+    if (d >= ctx->devs && d < ctx->devs + ctx->ndev)
+      *pp = (*pp)->next;
+    else
+      pp = &(*pp)->next;
+  }
+  pthread_mutex_unlock(&pendingLock);
+}
+
+static ncclxResult_t pendingStart(ofiDevice* d, const ofiHandle* h, void** owner,
+                                  ofiPending** out) {
+  ofiCtx* ctx = d->ctx;
+  ofiPending* p = calloc(1, sizeof(*p));
+  if (!p) return ncclxSystemError;
+  ofiObjInit(&p->obj, OFI_OBJ_PENDING, d, destroyFree);
+  p->handle = *h;
+  p->owner = owner;
+  p->startNs = p->lastCheckNs = ofiNowNs();
+  p->pendingId = d->nextPendingId++;
+  ofiFormatAddr(d, h->addr, h->addrLen, p->peerName, sizeof(p->peerName));
+  ncclxResult_t res = ofiPeerInsert(d, h->addr, h->addrLen, &p->peer);
+  if (res != ncclxSuccess) {
+    ofiObjRelease(&p->obj);
+    return res;
+  }
+  ssize_t ret =
+      ofiPostTagged(d, &p->replyOp, &p->obj, pendingReplyDone, 0, &p->reply, sizeof(p->reply), NULL,
+                    FI_ADDR_UNSPEC, OFI_CTRL_TAG(OFI_KIND_REPLY, p->pendingId), 0);
+  if (ret != 0) {
+    OFI_WARN(ctx, "connect to %s: posting the reply receive failed: %s", p->peerName,
+             fi_strerror((int)-ret));
+    ofiObjRelease(&p->obj);
+    return ret == -FI_EAGAIN ? ncclxSuccess : ncclxSystemError; /* EAGAIN: next call retries */
+  }
+  p->msg.magic = OFI_CONNECT_MAGIC;
+  p->msg.addrLen = (uint16_t)d->addrLen;
+  p->msg.listenId = h->listenId;
+  p->msg.pendingId = p->pendingId;
+  p->msg.nonce = h->nonce;
+  p->msg.who = ctx->self;
+  memcpy(p->msg.addr, d->addr, d->addrLen);
+  *out = p;
+  return ncclxSuccess;
+}
+
+static void pendingTrySend(ofiPending* p) {
+  ofiDevice* d = p->obj.dev;
+  if (p->sendPosted) return;
+  size_t len = offsetof(ofiConnectMsg, addr) + p->msg.addrLen;
+  ssize_t ret = ofiPostTagged(d, &p->sendOp, &p->obj, pendingSendDone, 1, &p->msg, len, NULL,
+                              p->peer, OFI_CTRL_TAG(OFI_KIND_CONNECT, p->handle.listenId), 0);
+  if (ret == 0) {
+    p->sendPosted = 1;
+  } else if (ret != -FI_EAGAIN && !p->failErr) {
+    p->failErr = (int)-ret;
+    snprintf(p->failMsg, sizeof(p->failMsg), "sending the connect message failed: %s",
+             fi_strerror((int)-ret));
+  }
+}
+
+/* A listener on this host that no longer exists will never answer. */
+static void pendingCheckListener(ofiPending* p, uint64_t now) {
+  ofiCtx* ctx = p->obj.dev->ctx;
+  uint64_t period = (uint64_t)ctx->livenessMs * 1000000ull;
+  if (ctx->livenessMs <= 0 || now - p->lastCheckNs < period) return;
+  p->lastCheckNs = now;
+  ofiIdentity who = {.hostHash = p->handle.hostHash,
+                     .startTime = p->handle.startTime,
+                     .pid = p->handle.pid,
+                     .reserved = 0};
+  if (!ctx->probeOnly && ofiPeerAlive(&ctx->self, &who) == 0 && !p->failErr) {
+    p->failErr = FI_ECONNREFUSED;
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "the listening process (pid %u on this host) "
+             "has exited",
+             p->handle.pid);
+  }
+}
+
+ncclxResult_t ofiConnect(void* vctx, int dev, const void* handle, void** sendComm) {
+  ofiCtx* ctx = vctx;
+  if (!ctx || !handle || !sendComm) return ncclxInternalError;
+  *sendComm = NULL;
+  ofiHandle h;
+  memcpy(&h, handle, sizeof(h));
+  if (dev < 0 || dev >= ctx->ndev) {
+    OFI_WARN(ctx, "connect: device %d does not exist (%d devices)", dev, ctx->ndev);
+    return ncclxInternalError;
+  }
+  if (h.magic != OFI_HANDLE_MAGIC || h.addrLen == 0 || h.addrLen > OFI_MAX_ADDR) {
+    OFI_WARN(ctx, "connect: not a handle of this plugin (magic 0x%x, address of %u bytes)", h.magic,
+             (unsigned)h.addrLen);
+    return ncclxInternalError;
+  }
+  ofiDevice* d = &ctx->devs[dev];
+  pthread_mutex_lock(&d->lock);
+  ncclxResult_t res = ofiDeviceEnsureOpen(d);
+  if (res != ncclxSuccess) {
+    pthread_mutex_unlock(&d->lock);
+    return res;
+  }
+  ofiPending* p = pendingTake(d, &h, sendComm);
+  if (!p) res = pendingStart(d, &h, sendComm, &p);
+  if (res != ncclxSuccess || !p) {
+    pthread_mutex_unlock(&d->lock);
+    return res;
+  }
+  pendingTrySend(p);
+  if (ofiProgress(d) == 0) ofiArmPollFd(d);
+  uint64_t now = ofiNowNs();
+  if (!p->replyDone) pendingCheckListener(p, now);
+
+  if (!p->failErr && p->replyDone && p->replyLen >= sizeof(ofiReplyMsg) &&
+      p->reply.magic == OFI_REPLY_MAGIC && p->reply.status == OFI_REPLY_BAD_NONCE) {
+    p->failErr = FI_ECONNREFUSED;
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "the listener refused the connection: wrong "
+             "nonce (a stale handle, or one from another job)");
+  } else if (!p->failErr && p->replyDone &&
+             (p->replyLen < sizeof(ofiReplyMsg) || p->reply.magic != OFI_REPLY_MAGIC ||
+              p->reply.status != OFI_REPLY_OK || p->reply.pendingId != p->pendingId)) {
+    p->failErr = FI_EOTHER;
+    snprintf(p->failMsg, sizeof(p->failMsg), "invalid connect reply (%zu bytes, status %u)",
+             p->replyLen, p->reply.status);
+  }
+  if (p->failErr) {
+    res = p->failErr == FI_EOTHER ? ncclxRemoteError : ofiErrClass(p->failErr);
+    OFI_WARN(ctx, "connect to %s (listener %u, pid %u) failed: %s", p->peerName, h.listenId, h.pid,
+             p->failMsg);
+    pendingFree(p);
+  } else if (p->replyDone && p->sendDone) {
+    ofiIdentity who = p->reply.who;
+    ofiComm* c =
+        ofiCommCreate(d, OFI_OBJ_SEND, p->peer, p->reply.connId, p->pendingId, &who, p->peerName);
+    if (!c) {
+      res = ncclxSystemError;
+    } else {
+      OFI_TRACE(ctx, "connected to %s (listener %u) as connection %u", p->peerName, h.listenId,
+                p->reply.connId);
+      *sendComm = c;
+    }
+    pendingFree(p);
+  } else {
+    pendingPut(p);
+  }
+  pthread_mutex_unlock(&d->lock);
+  return res;
+}

@@ -1,0 +1,128 @@
+/* A listener of the ofi plugin refuses senders that do not hold its handle.
+ *
+ *   ofi_stranger PLUGIN.so PROVIDER [DOMAIN]
+ *
+ * One process listens, then connects to itself three times: with a handle whose nonce is
+ * wrong (a stranger, or a sender holding a stale handle: the listener must log a refusal and
+ * the sender must get ncclxRemoteError, without any accepted comm), with a handle whose magic
+ * is wrong (refused at once, no crash), and with the real handle (must work end to end).
+ * Exit 0 on success, 1 on failure, 77 when the provider is not available. */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "netcheck_env.h"
+#include "netcheck_util.h"
+#include "ofi_internal.h"
+
+static const ncclxNet_v1_t* net;
+static int failures;
+
+static void check(int ok, const char* what) {
+  printf("%s  %s\n", ok ? "PASS" : "FAIL", what);
+  failures += !ok;
+}
+
+/* Drive connect (and accept, so the listener makes progress) until the connect finishes,
+ * fails or 10 s pass. *accepted counts comms accept() handed out meanwhile. */
+static ncclxResult_t connectLoop(void* ctx, void* lc, const void* handle, void** sc, int* accepted,
+                                 void** rcOut) {
+  double deadline = ncNow() + 10;
+  *sc = NULL;
+  while (ncNow() < deadline) {
+    ncclxResult_t res = net->connect(ctx, 0, handle, sc);
+    void* rc = NULL;
+    if (net->accept(lc, &rc) != ncclxSuccess) return ncclxInternalError;
+    if (rc) {
+      (*accepted)++;
+      if (rcOut)
+        *rcOut = rc;
+      else
+        net->closeRecv(rc);
+    }
+    if (res != ncclxSuccess || *sc) return res;
+    usleep(100);
+  }
+  return ncclxInProgress; /* still pending: not what any caller expects */
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s PLUGIN.so PROVIDER [DOMAIN]\n", argv[0]);
+    return 2;
+  }
+  char opt[256];
+  snprintf(opt, sizeof(opt), "provider=%s", argv[2]);
+  if (netcheckAddOption(opt) != 0) return 2;
+  if (argc > 3) {
+    snprintf(opt, sizeof(opt), "domain=%s", argv[3]);
+    if (netcheckAddOption(opt) != 0) return 2;
+  }
+  void* dl = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  net = dl ? dlsym(dl, NCCLX_NET_PLUGIN_SYMBOL) : NULL;
+  if (!net) {
+    fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
+    return 1;
+  }
+  ncclxPluginEnv_t env;
+  netcheckEnvFill(&env);
+  void* ctx = NULL;
+  if (net->init(&ctx, &env) != ncclxSuccess) {
+    printf("SKIP: provider %s not available\n", argv[2]);
+    return 77;
+  }
+  char handle[NCCLX_NET_HANDLE_MAXSIZE];
+  void* lc = NULL;
+  check(net->listen(ctx, 0, handle, &lc) == ncclxSuccess && lc, "listen");
+
+  /* A stranger: the right address and listener, the wrong nonce. */
+  char bad[NCCLX_NET_HANDLE_MAXSIZE];
+  memcpy(bad, handle, sizeof(bad));
+  bad[offsetof(ofiHandle, nonce)] ^= 0x5a;
+  void* sc = NULL;
+  int accepted = 0;
+  ncclxResult_t res = connectLoop(ctx, lc, bad, &sc, &accepted, NULL);
+  check(res == ncclxRemoteError && !sc, "a wrong nonce is refused with ncclxRemoteError");
+  check(accepted == 0, "the listener accepted nothing for it");
+  if (sc) net->closeSend(sc);
+
+  /* Not an ofi handle at all. */
+  memcpy(bad, handle, sizeof(bad));
+  bad[offsetof(ofiHandle, magic)] ^= 0x01;
+  sc = NULL;
+  res = net->connect(ctx, 0, bad, &sc);
+  check(res == ncclxInternalError && !sc, "a handle with a wrong magic is refused at once");
+
+  /* The real handle still works, and the data arrives. */
+  void* rc = NULL;
+  accepted = 0;
+  res = connectLoop(ctx, lc, handle, &sc, &accepted, &rc);
+  double deadline = ncNow() + 10;
+  while (res == ncclxSuccess && !rc && ncNow() < deadline) {
+    if (net->accept(lc, &rc) != ncclxSuccess) break;
+  }
+  check(res == ncclxSuccess && sc && rc, "the real handle connects and is accepted");
+  if (sc && rc) {
+    char out[64] = "hello from the right sender", in[64] = "";
+    void *sreq = NULL, *rreq = NULL, *buf = in;
+    size_t size = sizeof(in), got = 0;
+    int tag = 0, sdone = 0, rdone = 0;
+    while (!rreq && ncNow() < deadline) net->irecv(rc, 1, &buf, &size, &tag, NULL, NULL, &rreq);
+    while (!sreq && ncNow() < deadline) net->isend(sc, out, strlen(out) + 1, 0, NULL, NULL, &sreq);
+    while ((!sdone || !rdone) && ncNow() < deadline) {
+      if (!sdone && net->test(sreq, &sdone, NULL) != ncclxSuccess) break;
+      if (!rdone && net->test(rreq, &rdone, &got) != ncclxSuccess) break;
+    }
+    check(sdone && rdone && got == strlen(out) + 1 && strcmp(in, out) == 0,
+          "a message on the accepted connection arrives intact");
+    net->closeSend(sc);
+    net->closeRecv(rc);
+  }
+  net->closeListen(lc);
+  check(net->finalize(ctx) == ncclxSuccess, "finalize");
+  printf("ofi_stranger: %s\n", failures ? "FAIL" : "PASS");
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,152 @@
+#!/bin/sh
+# Test driver for the libfabric network plugin (tests/ofi/CMakeLists.txt).
+#
+#   ofi_test.sh netcheck CHECK_TOOL PLUGIN PROVIDER [TOOL_ARGS...]
+#       ncclx-net-check against PLUGIN with [net.ofi] provider = PROVIDER.
+#   ofi_test.sh mp PROVIDER NP RUN_MP PROGRAM [ARGS...]
+#       a tests/mp program under run_mp.sh with the core's shared memory off, so every byte
+#       between ranks goes through the plugin.
+#   ofi_test.sh direct PROVIDER NP PROGRAM [ARGS...]
+#       the same for a program that forks its own NP ranks (the fault tests).
+#   ofi_test.sh config CHECK_TOOL PLUGIN
+#       configuration errors: unknown provider, bad values, unknown keys.
+#
+# PROVIDER "tcp" stands for "tcp;ofi_rxm" (CMake lists cannot carry a ';'). The mp and direct
+# modes fail when any rank did not really use the plugin with that provider: a run that fell
+# back to the socket network passes its own checks but not this script's.
+set -u
+
+provider_name() {
+  case "$1" in
+    tcp) echo "tcp;ofi_rxm" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+fail() {
+  echo "ofi_test.sh: FAIL: $*" >&2
+  exit 1
+}
+
+# The shm provider keeps a region per process in /dev/shm (PID:N:N, 16 MiB) that a SIGKILLed
+# process (the tests kill some on purpose) cannot remove. Regions that appeared during this
+# test and whose process is gone are removed at exit.
+shm_regions() {
+  for f in /dev/shm/*:*:*; do
+    f=${f#/dev/shm/}
+    case "$f" in
+      *[!0-9:]* | :* | *::* | *:) ;;
+      *) echo "$f" ;;
+    esac
+  done | sort
+}
+shm_before=$(mktemp "${TMPDIR:-/tmp}/ncclx-ofi-shm.XXXXXX") || fail "mktemp"
+shm_regions >"$shm_before"
+log=""
+cleanup() {
+  shm_regions | comm -13 "$shm_before" - | while read -r f; do
+    [ -d "/proc/${f%%:*}" ] || rm -f "/dev/shm/$f"
+  done
+  rm -f "$shm_before" ${log:+"$log"}
+}
+trap cleanup EXIT
+
+# The tcp provider stays on loopback (127.0.0.1): tests never touch other interfaces.
+domain_for() {
+  case "$1" in
+    tcp*) echo "lo" ;;
+    *) echo "" ;;
+  esac
+}
+
+# verify_log LOG PROVIDER NP: every rank loaded the plugin and initialized with it.
+verify_log() {
+  log=$1 prov=$2 np=$3
+  loaded=$(grep -c "net: using plugin 'ofi'" "$log")
+  provs=$(grep -cF "NET/OFI: provider $prov (" "$log")
+  inits=$(grep -c "init complete" "$log")
+  inits_ofi=$(grep "init complete" "$log" | grep -c " net ofi dev [0-9]* shm off ")
+  fallback=$(grep -cE "plugin 'ofi' refused|using the built-in socket network" "$log")
+  echo "ofi_test.sh: $loaded rank(s) loaded 'ofi', $provs with provider $prov;" \
+    "$inits_ofi of $inits communicator init(s) on ofi with core shm off; $fallback fallback line(s)"
+  [ "$loaded" -ge "$np" ] || fail "only $loaded of $np ranks logged \"net: using plugin 'ofi'\""
+  [ "$provs" -ge "$np" ] || fail "only $provs of $np ranks logged the plugin's provider line for $prov"
+  [ "$inits" -ge "$np" ] || fail "only $inits 'init complete' lines for $np ranks"
+  [ "$inits_ofi" -eq "$inits" ] || fail "$((inits - inits_ofi)) communicator(s) did not use net ofi with shm off"
+  [ "$fallback" -eq 0 ] || fail "a rank fell back from the ofi plugin"
+}
+
+ofi_env() {
+  prov=$1
+  NCCLX_NET_PLUGIN=ofi
+  NCCLX_NET_OFI_PROVIDER=$prov
+  NCCLX_NET_OFI_DOMAIN=$(domain_for "$prov")
+  NCCLX_CORE_SHM=0
+  NCCLX_DEBUG=INFO
+  NCCLX_DEBUG_SUBSYS='^COLL,P2P,TUNING'
+  export NCCLX_NET_PLUGIN NCCLX_NET_OFI_PROVIDER NCCLX_NET_OFI_DOMAIN NCCLX_CORE_SHM \
+    NCCLX_DEBUG NCCLX_DEBUG_SUBSYS
+}
+
+mode=${1:-}
+[ $# -ge 1 ] && shift
+case "$mode" in
+  netcheck)
+    [ $# -ge 3 ] || fail "usage: netcheck CHECK_TOOL PLUGIN PROVIDER [ARGS...]"
+    tool=$1 plugin=$2 prov=$(provider_name "$3")
+    shift 3
+    dom=$(domain_for "$prov")
+    if [ -n "$dom" ]; then
+      "$tool" -o "provider=$prov" -o "domain=$dom" "$@" "$plugin"
+    else
+      "$tool" -o "provider=$prov" "$@" "$plugin"
+    fi
+    exit $?
+    ;;
+  mp | direct)
+    if [ "$mode" = mp ]; then
+      [ $# -ge 4 ] || fail "usage: mp PROVIDER NP RUN_MP PROGRAM [ARGS...]"
+    else
+      [ $# -ge 3 ] || fail "usage: direct PROVIDER NP PROGRAM [ARGS...]"
+    fi
+    prov=$(provider_name "$1") np=$2
+    shift 2
+    ofi_env "$prov"
+    log=$(mktemp "${TMPDIR:-/tmp}/ncclx-ofi-test.XXXXXX") || fail "mktemp"
+    if [ "$mode" = mp ]; then
+      runmp=$1
+      shift
+      "$runmp" "$np" "$@" >"$log" 2>&1
+    else
+      "$@" >"$log" 2>&1
+    fi
+    rc=$?
+    # The INFO lines of a passing run are noise; keep warnings, results and the verdict.
+    grep -vE "NCCLX INFO" "$log"
+    [ "$rc" -eq 0 ] || { grep "NCCLX INFO" "$log" | tail -40; fail "the program exited with $rc"; }
+    verify_log "$log" "$prov" "$np"
+    echo "ofi_test.sh: PASS"
+    ;;
+  config)
+    [ $# -eq 2 ] || fail "usage: config CHECK_TOOL PLUGIN"
+    tool=$1 plugin=$2
+    out=$("$tool" --no-kill -t 5 -o provider=nosuchprovider "$plugin" 2>&1)
+    echo "$out" | grep -q "libfabric provider 'nosuchprovider' (command line -o provider) not available" ||
+      { echo "$out"; fail "an unknown provider is not reported by name"; }
+    echo "$out" | grep -q "^FAIL  init" || { echo "$out"; fail "init with an unknown provider did not fail"; }
+    out=$("$tool" --no-kill -t 5 -o provider=shm -o liveness_ms=soon "$plugin" 2>&1)
+    echo "$out" | grep -q "liveness_ms = 'soon' (command line -o liveness_ms)" ||
+      { echo "$out"; fail "a bad liveness_ms is not reported with its key and origin"; }
+    echo "$out" | grep -q "init returned ncclxInvalidUsage" ||
+      { echo "$out"; fail "a bad value is not ncclxInvalidUsage"; }
+    out=$("$tool" --no-kill -t 5 -o provider=shm -o mr_locale=on -o domain=nosuchdomain "$plugin" 2>&1)
+    echo "$out" | grep -q "ignoring unknown key 'mr_locale' (command line -o mr_locale)" ||
+      { echo "$out"; fail "an unknown key is not warned about"; }
+    echo "$out" | grep -q "domain = 'nosuchdomain' (command line -o domain): provider 'shm' has no such domain (it has: shm)" ||
+      { echo "$out"; fail "an unknown domain is not reported with the domains there are"; }
+    echo "ofi_test.sh: PASS (unknown provider, bad value, unknown key, unknown domain)"
+    ;;
+  *)
+    fail "usage: ofi_test.sh netcheck|mp|direct|config ..."
+    ;;
+esac
