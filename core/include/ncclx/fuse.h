@@ -1,0 +1,109 @@
+/*
+ * ncclx CommFuse: all-gather and reduce-scatter fused with the computation beside them.
+ *
+ * Training puts an all-gather right before a GEMM (tensor/sequence parallel forward, FSDP
+ * parameter gather) and a reduce-scatter right after one (row-parallel output, gradient
+ * reduction). These calls take the computation as a per-block callback and interleave it
+ * with the communication:
+ *
+ *   ncclxAllGatherCompute:     gather every rank's block, calling consume() on each block
+ *                              as soon as it is here (own block first, no wait at the head);
+ *   ncclxComputeReduceScatter: call produce() for each destination block and reduce the
+ *                              partials across ranks (own block last, nothing left to send
+ *                              after the last compute: no tail).
+ *
+ * The schedule picks how communication and computation interleave, so benchmarks compare
+ * methods on the same transport:
+ *
+ *   SEQUENTIAL    the ring collective, then all the compute (or all the compute, then the
+ *                 ring collective);
+ *   SLICED(k)     the slicing baseline: every block cut into k slices; the collective on slice
+ *                 s+1 (AG) or s-1 (RS) runs while slice s computes. One slice stays exposed;
+ *   RING_P2P      CommFuse: N-1 ring steps, one block of compute per step while the next
+ *                 block moves (AG), or while the previous partial moves (RS);
+ *   DIRECT_P2P    pairwise steps: each rank sends its own block (AG), or its partial for
+ *                 block b straight to rank b (RS, then a local reduction).
+ *
+ * Semantics, every schedule: the results equal the unfused collective followed (AG) or
+ * preceded (RS) by the same callbacks. Callbacks run on the thread executing the call (the
+ * caller with stream NULL, the stream's thread otherwise), one at a time, while a progress
+ * thread moves data. They must not call ncclx on the same communicator. A callback that
+ * returns non-zero aborts the operation on every rank: this rank returns
+ * ncclxInvalidUsage, the others ncclxRemoteError naming it, and the communicator is
+ * unusable afterwards (like any communication failure).
+ */
+#ifndef NCCLX_FUSE_H
+#define NCCLX_FUSE_H
+
+#include <stddef.h>
+
+#include "../ncclx.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ncclxFuseSequential = 0,
+  ncclxFuseSliced = 1,
+  ncclxFuseRingP2P = 2,
+  ncclxFuseDirectP2P = 3,
+  ncclxFuseNumAlgos = 4
+} ncclxFuseAlgo_t;
+
+typedef struct {
+  ncclxFuseAlgo_t algo;
+  /* SLICED only: the number of slices k >= 1 per block (fewer when a block has fewer than
+   * k units). SLICED(1) is SEQUENTIAL. */
+  int slices;
+  /* Slices are cut at multiples of `unit` elements (a matrix row, say); 0 means 1. Every
+   * schedule requires the block count to be a multiple of unit. */
+  size_t unit;
+  /* Benchmark only, 0 = off: make every communication step last at least
+   * (bytes sent to one peer) / linkBytesPerSec by sleeping after it, to emulate a link
+   * whose transfers cost no CPU (a NIC or NVLink) on a machine where copies do. */
+  double linkBytesPerSec;
+} ncclxFuseSchedule_t;
+
+#define NCCLX_FUSE_SEQUENTIAL ((ncclxFuseSchedule_t){ncclxFuseSequential, 1, 0, 0.0})
+#define NCCLX_FUSE_SLICED(k) ((ncclxFuseSchedule_t){ncclxFuseSliced, (k), 0, 0.0})
+#define NCCLX_FUSE_RING_P2P ((ncclxFuseSchedule_t){ncclxFuseRingP2P, 1, 0, 0.0})
+#define NCCLX_FUSE_DIRECT_P2P ((ncclxFuseSchedule_t){ncclxFuseDirectP2P, 1, 0, 0.0})
+
+/* Called for elements [offset, offset+count) of the block of rank srcRank, which `data`
+ * holds (it points into recvbuff) and which stays unchanged until the call returns.
+ * RING_P2P, DIRECT_P2P and SEQUENTIAL call it once per rank with offset 0 and the whole
+ * block, in the order r, r-1, ..., r+1 (mod nranks) on rank r; SLICED calls it once per
+ * slice and rank, slices in order, ranks in that same order. Return 0, or non-zero to abort. */
+typedef int (*ncclxFuseConsumeFn)(void* user, int srcRank, size_t offset, const void* data,
+                                  size_t count);
+
+/* Write this rank's contribution to elements [offset, offset+count) of the block that rank
+ * dstRank owns into `out` (library staging, or recvbuff for the own block; the library may
+ * send it right after return). RING_P2P and SEQUENTIAL call it in the order r-1, r-2, ...,
+ * r on rank r, DIRECT_P2P in the order r+1, r+2, ..., r, SLICED once per slice in the
+ * RING_P2P order. Return 0, or non-zero to abort. */
+typedef int (*ncclxFuseProduceFn)(void* user, int dstRank, size_t offset, void* out,
+                                  size_t count);
+
+/* All-gather of sendcount elements per rank into recvbuff (nranks * sendcount elements,
+ * rank order; sendbuff may be recvbuff's own block), consuming each block as it arrives. */
+ncclxResult_t ncclxAllGatherCompute(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    ncclxDataType_t datatype, ncclxFuseConsumeFn consume,
+                                    void* user, ncclxFuseSchedule_t schedule, ncclxComm_t comm,
+                                    ncclxStream_t stream);
+
+/* Reduce-scatter of partials computed by produce: recvbuff (recvcount elements) ends with
+ * op over all ranks of their contributions to this rank's block. */
+ncclxResult_t ncclxComputeReduceScatter(ncclxFuseProduceFn produce, void* user, void* recvbuff,
+                                        size_t recvcount, ncclxDataType_t datatype,
+                                        ncclxRedOp_t op, ncclxFuseSchedule_t schedule,
+                                        ncclxComm_t comm, ncclxStream_t stream);
+
+/* "sequential", "sliced", "ring_p2p", "direct_p2p"; "unknown" otherwise. */
+const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NCCLX_FUSE_H */

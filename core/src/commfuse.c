@@ -1,0 +1,216 @@
+/* CommFuse public calls (ncclx/fuse.h): validate, then run now (stream NULL) or queue on a
+ * stream; execution holds the communicator's execLock for the whole fused operation, lends
+ * a progress helper to the schedules that overlap, and reports to the profiler as the
+ * all-gather or reduce-scatter it is. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commfuse_internal.h"
+#include "debug.h"
+#include "prof.h"
+#include "stream.h"
+
+#define API __attribute__((visibility("default")))
+
+static const char* const algoNames[ncclxFuseNumAlgos] = {
+    [ncclxFuseSequential] = "sequential",
+    [ncclxFuseSliced] = "sliced",
+    [ncclxFuseRingP2P] = "ring_p2p",
+    [ncclxFuseDirectP2P] = "direct_p2p",
+};
+
+API const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo) {
+  return (unsigned)algo < ncclxFuseNumAlgos ? algoNames[algo] : "unknown";
+}
+
+/* ---------------- validation ---------------- */
+
+/* Argument errors do not poison the communicator, but stay readable through
+ * ncclxGetLastError(comm) as well as on the thread. */
+static ncclxResult_t argError(struct ncclxComm* comm, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static ncclxResult_t argError(struct ncclxComm* comm, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ncclxSetErrorV(ncclxInvalidArgument, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&comm->errLock);
+  if (atomic_load(&comm->asyncError) == ncclxSuccess)
+    snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
+  pthread_mutex_unlock(&comm->errLock);
+  return ncclxInvalidArgument;
+}
+
+static ncclxResult_t checkCommAndStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
+  char why[512];
+  ncclxResult_t res = commCheckHandle(comm);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return ncclxSetError(res, "%s: %s", fn, why);
+  }
+  ncclxLogSetRank(comm->rank);
+  NCCLX_CHECK(commCheckHealthy(comm));
+  res = streamCheckHandle(stream);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return argError(comm, "%s: %s", fn, why);
+  }
+  return ncclxSuccess;
+}
+
+static ncclxResult_t checkSchedule(struct ncclxComm* comm, ncclxFuseSchedule_t* s, size_t count,
+                                   const char* fn) {
+  if ((unsigned)s->algo >= ncclxFuseNumAlgos)
+    return argError(comm, "%s: invalid schedule algorithm %d", fn, (int)s->algo);
+  if (s->algo == ncclxFuseSliced && s->slices < 1)
+    return argError(comm, "%s: SLICED needs slices >= 1, not %d", fn, s->slices);
+  if (s->algo != ncclxFuseSliced) s->slices = 1;
+  if (s->unit == 0) s->unit = 1;
+  if (count % s->unit != 0)
+    return argError(comm, "%s: count %zu is not a multiple of the schedule's unit %zu", fn, count,
+                    s->unit);
+  if (!(s->linkBytesPerSec >= 0) || (s->linkBytesPerSec > 0 && s->linkBytesPerSec < 1e3))
+    return argError(comm, "%s: linkBytesPerSec %g must be 0 (off) or at least 1000", fn,
+                    s->linkBytesPerSec);
+  return ncclxSuccess;
+}
+
+static ncclxResult_t checkCommon(struct ncclxComm* comm, ncclxDataType_t type, size_t count,
+                                 int haveCallback, void* recvbuff, const char* fn) {
+  if ((unsigned)type >= ncclxNumTypes) return argError(comm, "%s: invalid datatype %d", fn, (int)type);
+  if (!haveCallback) return argError(comm, "%s: the callback is NULL", fn);
+  size_t n = (size_t)comm->nranks, size = ncclxTypeSize(type);
+  if (count > 0 && (n > SIZE_MAX / count || count * n > (SIZE_MAX / 8) / size))
+    return argError(comm, "%s: count %zu is too large", fn, count);
+  if (count > 0 && !recvbuff) return argError(comm, "%s: recvbuff is NULL with count %zu", fn, count);
+  return ncclxSuccess;
+}
+
+/* ---------------- execution ---------------- */
+
+static int needsHelper(const fuseOp* f) {
+  if (f->comm->nranks < 2 || f->count == 0) return 0;
+  switch (f->sched.algo) {
+    case ncclxFuseRingP2P:
+    case ncclxFuseDirectP2P: return 1;
+    case ncclxFuseSliced: return fuseSliceCount(f) > 1;
+    default: return 0;
+  }
+}
+
+static void* profStartFused(fuseOp* f, ncclxStream_t stream) {
+  if (!profEnabled(f->comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) return NULL;
+  int ag = f->consume != NULL;
+  ncclxCollArgs a = {.coll = ag ? NCCLX_COLL_ALLGATHER : NCCLX_COLL_REDUCESCATTER,
+                     .sendbuff = f->sendbuff, .recvbuff = f->recvbuff, .count = f->count,
+                     .datatype = f->type, .op = ag ? ncclxSum : f->op, .root = -1,
+                     .algo = f->sched.algo == ncclxFuseDirectP2P ? NCCLX_ALGO_PAIRWISE : NCCLX_ALGO_RING,
+                     .proto = NCCLX_PROTO_SIMPLE, .chunkBytes = f->comm->chunkBytes};
+  return profCollStart(f->comm, &a, f->seq, stream);
+}
+
+static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
+  struct ncclxComm* comm = f->comm;
+  ncclxLogSetRank(comm->rank);
+  pthread_mutex_lock(&comm->execLock);
+  ncclxResult_t res = atomic_load(&comm->destroyed)
+                          ? ncclxSetError(ncclxInvalidUsage, "%s: communicator was destroyed before the queued call ran",
+                                          f->name)
+                          : commCheckHealthy(comm);
+  if (res == ncclxSuccess) {
+    f->seq = ++comm->collSeq; /* every rank makes the same calls: sequences stay in step */
+    comm->curOpName = f->name;
+    comm->curOpSeq = f->seq;
+    INFO(NCCLX_LOG_COLL, "%s #%llu: count %zu %s schedule %s(%d) comm %s nranks %d", f->name,
+         (unsigned long long)f->seq, f->count, ncclxTypeName(f->type),
+         ncclxFuseAlgoName(f->sched.algo), f->sched.slices, comm->name, comm->nranks);
+    void* ev = profStartFused(f, stream);
+    comm->curProfEvent = ev;
+    f->helper = NULL;
+    if (needsHelper(f) && fuseHelperAcquire(&f->helper) != ncclxSuccess)
+      res = commFail(comm, ncclxSystemError, "%s #%llu: %s", f->name, (unsigned long long)f->seq,
+                     ncclxThreadLastError());
+    if (res == ncclxSuccess && f->count > 0)
+      res = f->consume ? fuseAllGather(f) : fuseReduceScatter(f);
+    if (fuseHelperBusy(f->helper)) { /* only after an error path that left it running */
+      atomic_store(&comm->abortFlag, 1);
+      (void)fuseHelperWait(f->helper, 0, NULL, 0);
+    }
+    fuseHelperRelease(f->helper);
+    f->helper = NULL;
+    if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
+    profStop(comm, ev);
+    comm->curProfEvent = NULL;
+    comm->curOpName = NULL;
+  }
+  pthread_mutex_unlock(&comm->execLock);
+  return res;
+}
+
+/* ---------------- streams ---------------- */
+
+struct fuseTask {
+  ncclxTask task;
+  fuseOp op;
+  ncclxStream_t stream;
+};
+
+static ncclxResult_t fuseTaskRun(ncclxTask* t) {
+  struct fuseTask* ft = (struct fuseTask*)t;
+  return fuseExec(&ft->op, ft->stream);
+}
+
+static void fuseTaskRelease(ncclxTask* t) {
+  struct fuseTask* ft = (struct fuseTask*)t;
+  commRelease(ft->op.comm);
+  free(ft);
+}
+
+static ncclxResult_t submit(const fuseOp* f, ncclxStream_t stream) {
+  if (!stream) {
+    fuseOp op = *f;
+    return fuseExec(&op, NULL);
+  }
+  struct fuseTask* t = calloc(1, sizeof(*t));
+  if (!t) return ncclxSetError(ncclxSystemError, "%s: out of memory queueing the call", f->name);
+  t->task.run = fuseTaskRun;
+  t->task.release = fuseTaskRelease;
+  t->op = *f;
+  t->stream = stream;
+  commRetain(f->comm);
+  return streamEnqueue(stream, &t->task);
+}
+
+/* ---------------- public calls ---------------- */
+
+API ncclxResult_t ncclxAllGatherCompute(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                        ncclxDataType_t datatype, ncclxFuseConsumeFn consume,
+                                        void* user, ncclxFuseSchedule_t schedule, ncclxComm_t comm,
+                                        ncclxStream_t stream) {
+  const char* fn = "ncclxAllGatherCompute";
+  NCCLX_CHECK(checkCommAndStream(comm, stream, fn));
+  NCCLX_CHECK(checkCommon(comm, datatype, sendcount, consume != NULL, recvbuff, fn));
+  if (sendcount > 0 && !sendbuff) return argError(comm, "%s: sendbuff is NULL with count %zu", fn, sendcount);
+  NCCLX_CHECK(checkSchedule(comm, &schedule, sendcount, fn));
+  fuseOp f = {.comm = comm, .name = "allgather-compute", .sched = schedule, .type = datatype,
+              .typeSize = ncclxTypeSize(datatype), .count = sendcount, .sendbuff = sendbuff,
+              .recvbuff = recvbuff, .consume = consume, .op = ncclxSum, .user = user};
+  return submit(&f, stream);
+}
+
+API ncclxResult_t ncclxComputeReduceScatter(ncclxFuseProduceFn produce, void* user, void* recvbuff,
+                                            size_t recvcount, ncclxDataType_t datatype,
+                                            ncclxRedOp_t op, ncclxFuseSchedule_t schedule,
+                                            ncclxComm_t comm, ncclxStream_t stream) {
+  const char* fn = "ncclxComputeReduceScatter";
+  NCCLX_CHECK(checkCommAndStream(comm, stream, fn));
+  NCCLX_CHECK(checkCommon(comm, datatype, recvcount, produce != NULL, recvbuff, fn));
+  if ((unsigned)op >= ncclxNumOps) return argError(comm, "%s: invalid reduction op %d", fn, (int)op);
+  NCCLX_CHECK(checkSchedule(comm, &schedule, recvcount, fn));
+  fuseOp f = {.comm = comm, .name = "compute-reducescatter", .sched = schedule, .type = datatype,
+              .typeSize = ncclxTypeSize(datatype), .count = recvcount, .recvbuff = recvbuff,
+              .produce = produce, .op = op, .user = user};
+  return submit(&f, stream);
+}

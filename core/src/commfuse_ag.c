@@ -1,0 +1,77 @@
+/* CommFuse all-gather schedules: the ring collective then compute (SEQUENTIAL), slice by
+ * slice (SLICED), and one block of compute per point-to-point step (RING_P2P, DIRECT_P2P).
+ * Every schedule consumes blocks in the same order, own block first, so an order-dependent
+ * consumer (one that accumulates across blocks) gets the same result under each. */
+#include <string.h>
+
+#include "commfuse_internal.h"
+#include "debug.h"
+
+static char* blockAt(const fuseOp* f, int rank, size_t offElems) {
+  return (char*)f->recvbuff + ((size_t)rank * f->count + offElems) * f->typeSize;
+}
+
+/* memmove: sendbuff may be this rank's own block of recvbuff (in place). */
+static void placeOwn(const fuseOp* f) {
+  char* own = blockAt(f, f->comm->rank, 0);
+  if (own != (const char*)f->sendbuff) memmove(own, f->sendbuff, f->count * f->typeSize);
+}
+
+static ncclxResult_t consumeBlock(fuseOp* f, int src, size_t off, size_t len) {
+  int rc = f->consume(f->user, src, off, blockAt(f, src, off), len);
+  return rc ? fuseCallbackFailed(f, "consume", src, rc) : ncclxSuccess;
+}
+
+/* SLICED(k), and SEQUENTIAL as its k = 1: slice 0 is gathered with nothing to overlap (the
+ * head), then slice s+1 moves on the helper while slice s is consumed. */
+static ncclxResult_t agSliced(fuseOp* f, int k) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  size_t ts = f->typeSize, off, len;
+  placeOwn(f);
+  fuseSlice(f, k, 0, &off, &len);
+  NCCLX_CHECK(fuseAgSliceRun(f, off * ts, len * ts));
+  for (int s = 0; s < k; s++) {
+    size_t curOff = off, curLen = len;
+    if (s + 1 < k) {
+      fuseSlice(f, k, s + 1, &off, &len);
+      fuseAgSliceStart(f, off * ts, len * ts);
+    }
+    for (int t = 0; t < n; t++) NCCLX_CHECK(consumeBlock(f, (r - t + n) % n, curOff, curLen));
+    NCCLX_CHECK(fuseWait(f));
+  }
+  return ncclxSuccess;
+}
+
+/* RING_P2P: step t consumes block r-t while it goes on to r+1 and block r-t-1 arrives from
+ * r-1. DIRECT_P2P: the same consumption order, but every step sends the own block to r+t+1
+ * and receives block r-t-1 from its owner. The own block needs no transfer: no head. */
+static ncclxResult_t agP2P(fuseOp* f, int direct) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  size_t blk = f->count * f->typeSize;
+  placeOwn(f);
+  for (int t = 0; t < n; t++) {
+    int j = (r - t + n) % n, incoming = (r - t - 1 + n) % n;
+    if (t < n - 1) {
+      ncclxXfer x[2];
+      memset(x, 0, sizeof(x));
+      x[0] = (ncclxXfer){.peer = direct ? (r + t + 1) % n : (r + 1) % n, .isSend = 1,
+                         .buf = blockAt(f, direct ? r : j, 0), .bytes = blk};
+      x[1] = (ncclxXfer){.peer = direct ? incoming : (r - 1 + n) % n, .isSend = 0,
+                         .buf = blockAt(f, incoming, 0), .bytes = blk};
+      fuseStepStart(f, x, 2);
+    }
+    NCCLX_CHECK(consumeBlock(f, j, 0, f->count));
+    NCCLX_CHECK(fuseWait(f));
+  }
+  return ncclxSuccess;
+}
+
+ncclxResult_t fuseAllGather(fuseOp* f) {
+  switch (f->sched.algo) {
+    case ncclxFuseSequential: return agSliced(f, 1);
+    case ncclxFuseSliced: return agSliced(f, fuseSliceCount(f));
+    case ncclxFuseRingP2P: return agP2P(f, 0);
+    case ncclxFuseDirectP2P: return agP2P(f, 1);
+    default: return ncclxSetError(ncclxInternalError, "%s: schedule %d", f->name, (int)f->sched.algo);
+  }
+}

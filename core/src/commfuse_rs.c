@@ -1,0 +1,120 @@
+/* CommFuse reduce-scatter schedules: all the compute then the ring collective
+ * (SEQUENTIAL), slice by slice (SLICED), a partial that travels the ring and gains one
+ * rank's contribution per step (RING_P2P), and partials sent straight to their owner
+ * (DIRECT_P2P). The own block is always produced last: after it, only a local reduction
+ * remains for the P2P schedules. */
+#include <string.h>
+
+#include "commfuse_internal.h"
+#include "debug.h"
+#include "reduce.h"
+
+static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+static ncclxResult_t produceInto(fuseOp* f, int dst, size_t off, void* out, size_t len) {
+  int rc = f->produce(f->user, dst, off, out, len);
+  return rc ? fuseCallbackFailed(f, "produce", dst, rc) : ncclxSuccess;
+}
+
+/* Avg is a Sum until here: divide once, on the finished block. */
+static ncclxResult_t finish(fuseOp* f) {
+  if (f->op == ncclxAvg) ncclxAvgFinish(f->recvbuff, f->count, f->type, f->comm->nranks);
+  return ncclxSuccess;
+}
+
+/* SLICED(k), and SEQUENTIAL as its k = 1: slice s of every block is produced while the
+ * reduce-scatter of slice s-1 runs on the helper; the last slice's reduce-scatter has
+ * nothing left to overlap (the tail) and runs here. */
+static ncclxResult_t rsSliced(fuseOp* f, int k) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  size_t ts = f->typeSize, off, len, maxLen;
+  fuseSlice(f, k, 0, &off, &maxLen); /* the first slice is the largest */
+  size_t stageBytes = align64((size_t)n * maxLen * ts), nstage = k > 1 ? 2 : 1;
+  char* scratch;
+  NCCLX_CHECK(fuseScratch(f, nstage * stageBytes + 2 * maxLen * ts, &scratch));
+  char* partials = scratch + nstage * stageBytes;
+  for (int s = 0; s < k; s++) {
+    fuseSlice(f, k, s, &off, &len);
+    size_t lenB = len * ts;
+    char* stage = scratch + (size_t)(s % 2) * stageBytes;
+    for (int t = 0; t < n; t++) {
+      int b = (r - t - 1 + n) % n;
+      NCCLX_CHECK(produceInto(f, b, off, stage + (size_t)b * lenB, len));
+    }
+    NCCLX_CHECK(fuseWait(f)); /* slice s-1: its stage and the partials are free again */
+    char* dst = (char*)f->recvbuff + off * ts;
+    if (s == k - 1) NCCLX_CHECK(fuseRsSliceRun(f, stage, lenB, dst, partials));
+    else fuseRsSliceStart(f, stage, lenB, dst, partials);
+  }
+  return finish(f);
+}
+
+/* RING_P2P: step t produces the partial for block b = r-t-1 while the partial of step t-1
+ * goes to r+1 and the partial for b arrives from r-1; adds the two and sends the sum on.
+ * At t = n-1, b = r: the sum is the result and nothing is sent. Producing into tmp, never
+ * into the receive buffer, is what lets the compute run before the receive completes. */
+static ncclxResult_t rsRing(fuseOp* f) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  size_t blk = f->count * f->typeSize, stride = align64(blk);
+  char* scratch = NULL;
+  if (n > 1) NCCLX_CHECK(fuseScratch(f, 3 * stride, &scratch));
+  char *tmp[2] = {scratch, scratch + stride}, *acc = scratch + 2 * stride;
+  for (int t = 0; t < n; t++) {
+    int b = (r - t - 1 + n) % n;
+    char* out = t == n - 1 ? (char*)f->recvbuff : tmp[t % 2];
+    NCCLX_CHECK(produceInto(f, b, 0, out, f->count));
+    if (t > 0) {
+      NCCLX_CHECK(fuseWait(f));
+      ncclxReduce2(out, out, acc, f->count, f->type, f->op);
+    }
+    if (t < n - 1) {
+      ncclxXfer x[2];
+      memset(x, 0, sizeof(x));
+      x[0] = (ncclxXfer){.peer = (r + 1) % n, .isSend = 1, .buf = out, .bytes = blk};
+      x[1] = (ncclxXfer){.peer = (r - 1 + n) % n, .isSend = 0, .buf = acc, .bytes = blk};
+      fuseStepStart(f, x, 2);
+    }
+  }
+  return finish(f);
+}
+
+/* DIRECT_P2P: step t produces the partial for block b = r+t+1 while the partial of step
+ * t-1 goes straight to its owner and the partial for our block from r-t arrives; received
+ * partials are summed as they come and added to the own partial (produced last) at the end.
+ * Traffic goes to every peer instead of one neighbour. */
+static ncclxResult_t rsDirect(fuseOp* f) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  size_t blk = f->count * f->typeSize, stride = align64(blk);
+  char* scratch = NULL;
+  if (n > 1) NCCLX_CHECK(fuseScratch(f, 5 * stride, &scratch));
+  char *part[2] = {scratch, scratch + stride}, *in[2] = {scratch + 2 * stride, scratch + 3 * stride};
+  char* acc = scratch + 4 * stride;
+  for (int t = 0; t < n; t++) {
+    int b = (r + t + 1) % n;
+    char* out = t == n - 1 ? (char*)f->recvbuff : part[t % 2];
+    NCCLX_CHECK(produceInto(f, b, 0, out, f->count));
+    if (t > 0) NCCLX_CHECK(fuseWait(f));
+    if (t < n - 1) {
+      ncclxXfer x[2];
+      memset(x, 0, sizeof(x));
+      x[0] = (ncclxXfer){.peer = b, .isSend = 1, .buf = out, .bytes = blk};
+      x[1] = (ncclxXfer){.peer = (r - t - 1 + n) % n, .isSend = 0, .buf = in[t % 2], .bytes = blk};
+      fuseStepStart(f, x, 2);
+    }
+    /* The partial that arrived in step t-1 (in[(t-1)%2], not the one now in flight). */
+    if (t == 1) memcpy(acc, in[0], blk);
+    else if (t > 1) ncclxReduce2(acc, acc, in[(t - 1) % 2], f->count, f->type, f->op);
+  }
+  if (n > 1) ncclxReduce2(f->recvbuff, f->recvbuff, acc, f->count, f->type, f->op);
+  return finish(f);
+}
+
+ncclxResult_t fuseReduceScatter(fuseOp* f) {
+  switch (f->sched.algo) {
+    case ncclxFuseSequential: return rsSliced(f, 1);
+    case ncclxFuseSliced: return rsSliced(f, fuseSliceCount(f));
+    case ncclxFuseRingP2P: return rsRing(f);
+    case ncclxFuseDirectP2P: return rsDirect(f);
+    default: return ncclxSetError(ncclxInternalError, "%s: schedule %d", f->name, (int)f->sched.algo);
+  }
+}
