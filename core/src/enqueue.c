@@ -8,6 +8,7 @@
 #include "coll.h"
 #include "comm.h"
 #include "debug.h"
+#include "gpu.h"
 #include "prof.h"
 #include "stream.h"
 #include "tune.h"
@@ -91,9 +92,18 @@ static ncclxResult_t checkCount(struct ncclxComm* comm, size_t count, size_t mul
   return ncclxSuccess;
 }
 
+/* Device buffers need a CUDA build on a machine with a usable device. */
+static ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const void* send, const void* recv) {
+  char msg[512];
+  ncclxResult_t res = gpuCheckBuffer(fn, "sendbuff", send, msg, sizeof msg);
+  if (res == ncclxSuccess) res = gpuCheckBuffer(fn, "recvbuff", recv, msg, sizeof msg);
+  return res == ncclxSuccess ? res : argError(comm, res, "%s", msg);
+}
+
 static ncclxResult_t validateColl(struct ncclxComm* comm, const ncclxCollArgs* a) {
   const char* fn = collFuncName(a->coll);
   NCCLX_CHECK(checkType(comm, a->datatype, fn));
+  NCCLX_CHECK(checkBuffers(comm, fn, a->sendbuff, a->recvbuff));
   if (collReduces(a->coll) && (unsigned)a->op >= ncclxNumOps)
     return argError(comm, ncclxInvalidArgument, "%s: invalid reduction op %d", fn, (int)a->op);
   int hasRoot = a->coll == NCCLX_COLL_BROADCAST || a->coll == NCCLX_COLL_REDUCE;
@@ -155,7 +165,7 @@ static ncclxResult_t execColl(struct ncclxOp* op) {
      * tuner's choice for this call. */
     size_t defaultChunk = comm->chunkBytes;
     comm->chunkBytes = op->coll.chunkBytes;
-    res = collRun(comm, &op->coll);
+    res = gpuCollRun(comm, &op->coll);
     comm->chunkBytes = defaultChunk;
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
     profStop(comm, ev);
@@ -207,7 +217,7 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
       /* A group's steps hang under its first operation on each communicator. */
       if (!op->comm->curProfEvent) op->comm->curProfEvent = events[i];
     }
-    res = xferRun(ops[0]->comm, x, n);
+    res = gpuXferRun(ops[0]->comm, x, n);
     for (int i = 0; i < n; i++) {
       if (res != ncclxSuccess) profFailed(ops[i]->comm, events[i], res, ncclxThreadLastError());
       profStop(ops[i]->comm, events[i]);
@@ -279,7 +289,7 @@ static ncclxResult_t enqueueList(ncclxStream_t stream, struct ncclxOp* ops) {
   t->task.run = opTaskRun;
   t->task.release = opTaskRelease;
   t->ops = ops;
-  return streamEnqueue(stream, &t->task);
+  return gpuStreamEnqueue(stream, &t->task);
 }
 
 /* ---------------- groups ---------------- */
@@ -377,6 +387,7 @@ static ncclxResult_t submitP2p(opKind kind, void* buf, size_t count, ncclxDataTy
     return argError(comm, ncclxInvalidArgument, "%s: peer %d is not a rank of this %d-rank communicator",
                     fn, peer, comm->nranks);
   if (count > 0 && !buf) return argError(comm, ncclxInvalidArgument, "%s: buffer is NULL with count %zu", fn, count);
+  NCCLX_CHECK(checkBuffers(comm, fn, kind == OP_SEND ? buf : NULL, kind == OP_RECV ? buf : NULL));
   struct ncclxOp op = {.kind = kind, .comm = comm, .stream = stream, .buf = buf, .count = count,
                        .type = type, .peer = peer};
   return submit(&op);

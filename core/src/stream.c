@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "debug.h"
+#include "gpu.h"
 
 #define NCCLX_API __attribute__((visibility("default")))
 
@@ -453,6 +454,7 @@ NCCLX_API ncclxResult_t ncclxStreamDestroy(ncclxStream_t stream) {
   if (s) registryRemove(&liveStreams, &s->live);
   pthread_rwlock_unlock(&registryLock);
   if (!s) return badStream("ncclxStreamDestroy", stream);
+  gpuStreamForget(stream); /* drop the CUDA binding of a stream from ncclxStreamFromCuda */
 
   /* Unregistered: no new work can arrive. Let queued work finish, then stop the worker. */
   pthread_mutex_lock(&s->lock);

@@ -1,0 +1,91 @@
+/* Pointer classification through the CUDA driver the application already loaded.
+ *
+ * Used by every build: a build without CUDA must still recognise a device pointer to refuse
+ * it, and a CUDA build must not initialize CUDA (a context per rank, hundreds of MiB of
+ * device memory) just to learn that a CPU job's buffers are host memory.
+ *
+ * Device memory only exists once libcuda.so.1 is loaded, so the probe looks for it among the
+ * loaded objects (dlopen RTLD_NOLOAD: loads nothing) and asks cuPointerGetAttribute. That
+ * lookup costs ~20 us, so it is redone only when the set of loaded objects changed
+ * (dl_iterate_phdr's load counter, ~15 ns to read). Once found, the driver stays loaded (we
+ * keep the reference), so the function pointer is cached for good. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "gpu.h"
+
+/* Driver API values (cuda.h), stable since CUDA 9.2; checked against the header when it is
+ * available. */
+enum {
+  CU_SUCCESS_ = 0,
+  ATTR_MEMORY_TYPE = 2,     /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
+  ATTR_IS_MANAGED = 8,      /* CU_POINTER_ATTRIBUTE_IS_MANAGED */
+  ATTR_DEVICE_ORDINAL = 9,  /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
+  MEMTYPE_DEVICE = 2,       /* CU_MEMORYTYPE_DEVICE */
+  MEMTYPE_UNIFIED = 4       /* CU_MEMORYTYPE_UNIFIED */
+};
+#if defined(NCCLX_HAVE_CUDA) && defined(__has_include)
+#if __has_include(<cuda.h>)
+#include <cuda.h>
+_Static_assert((int)CU_POINTER_ATTRIBUTE_MEMORY_TYPE == (int)ATTR_MEMORY_TYPE, "cuda.h changed");
+_Static_assert((int)CU_POINTER_ATTRIBUTE_IS_MANAGED == (int)ATTR_IS_MANAGED, "cuda.h changed");
+_Static_assert((int)CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == (int)ATTR_DEVICE_ORDINAL, "cuda.h changed");
+_Static_assert((int)CU_MEMORYTYPE_DEVICE == (int)MEMTYPE_DEVICE &&
+                   (int)CU_MEMORYTYPE_UNIFIED == (int)MEMTYPE_UNIFIED, "cuda.h changed");
+#endif
+#endif
+
+/* CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) */
+typedef int (*pointerGetAttributeFn)(void* data, int attribute, unsigned long long ptr);
+
+static _Atomic(pointerGetAttributeFn) driverFn;
+static atomic_ullong checkedAtLoads = ULLONG_MAX; /* load counter of the last lookup */
+static pthread_mutex_t lookupLock = PTHREAD_MUTEX_INITIALIZER;
+
+static int readLoads(struct dl_phdr_info* info, size_t size, void* out) {
+  (void)size;
+  *(unsigned long long*)out = info->dlpi_adds;
+  return 1; /* the counter is the same on every object: stop at the first */
+}
+
+static pointerGetAttributeFn driver(void) {
+  pointerGetAttributeFn fn = atomic_load_explicit(&driverFn, memory_order_acquire);
+  if (fn) return fn;
+  unsigned long long loads = 0;
+  dl_iterate_phdr(readLoads, &loads);
+  if (atomic_load_explicit(&checkedAtLoads, memory_order_relaxed) == loads) return NULL;
+  pthread_mutex_lock(&lookupLock);
+  fn = atomic_load(&driverFn);
+  if (!fn) {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+      void* sym = dlsym(h, "cuPointerGetAttribute");
+      if (sym) fn = (pointerGetAttributeFn)sym; /* keep h: the driver stays loaded */
+      else dlclose(h);
+    }
+    if (fn) atomic_store_explicit(&driverFn, fn, memory_order_release);
+    atomic_store(&checkedAtLoads, loads);
+  }
+  pthread_mutex_unlock(&lookupLock);
+  return fn;
+}
+
+gpuMemKind gpuProbePointer(const void* p, int* device) {
+  if (device) *device = -1;
+  pointerGetAttributeFn fn = p ? driver() : NULL;
+  if (!fn) return GPU_MEM_HOST;
+  unsigned long long addr = (unsigned long long)(uintptr_t)p;
+  unsigned int memType = 0, managed = 0;
+  /* Host memory the driver does not know fails with CUDA_ERROR_INVALID_VALUE; an
+   * uninitialized driver with CUDA_ERROR_NOT_INITIALIZED: host either way. */
+  if (fn(&memType, ATTR_MEMORY_TYPE, addr) != CU_SUCCESS_) return GPU_MEM_HOST;
+  if (fn(&managed, ATTR_IS_MANAGED, addr) != CU_SUCCESS_) managed = 0;
+  if (!managed && memType != MEMTYPE_DEVICE && memType != MEMTYPE_UNIFIED) return GPU_MEM_HOST;
+  int ordinal = -1;
+  if (device && fn(&ordinal, ATTR_DEVICE_ORDINAL, addr) == CU_SUCCESS_) *device = ordinal;
+  return managed ? GPU_MEM_MANAGED : GPU_MEM_DEVICE;
+}
