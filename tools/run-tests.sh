@@ -11,10 +11,12 @@ run_suite() {
   (cd "$dir" && ctest --output-on-failure --timeout 600 -j2 ${CTEST_ARGS:-})
 }
 mkdir -p build build-san
+# The release build takes the CUDA path when nvcc is present (NCCLX_CUDA=AUTO); the sanitizer
+# build is CPU-only, so both the CUDA and the no-CUDA builds run the whole suite.
 echo "== release build =="
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "== sanitizer build (ASan + UBSan) =="
 # Leak checking stays on; mpirun itself is not instrumented, only our programs.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-run_suite build-san -DCMAKE_BUILD_TYPE=Debug -DNCCLX_SANITIZE=ON
+run_suite build-san -DCMAKE_BUILD_TYPE=Debug -DNCCLX_SANITIZE=ON -DNCCLX_CUDA=OFF
