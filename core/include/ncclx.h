@@ -180,4 +180,6 @@ const char* ncclxOpName(ncclxRedOp_t op);
 #ifdef __cplusplus
 }
 #endif
+
+#include "ncclx/moe.h" /* AllToAllvDynamic and MoE dispatch/combine */
 #endif /* NCCLX_H */

@@ -1,0 +1,848 @@
+/* ncclxAllToAllvDynamic and its compact variant, and the exchange engine they share with
+ * the MoE helpers (see alltoallv_dynamic.h for the protocol).
+ *
+ * The counts are read when the operation executes on its stream, so the engine cannot use
+ * xferRun (which needs every size up front, and one message per transfer): it drives the
+ * transports itself with the same rules as xfer.c (order per connection, spin/yield/poll
+ * waiting, abort flag, abort notices, timeout, commFail naming the peer). */
+#include "alltoallv_dynamic.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "debug.h"
+#include "ncclx/moe.h"
+#include "peers.h"
+#include "stream.h"
+
+#define API __attribute__((visibility("default")))
+
+#define DYN_MAGIC 0x6e786479u /* "nxdy" */
+#define DYN_INFLIGHT 4        /* messages in flight per peer and direction (2 when staged) */
+/* Per peer and direction: data up to the inline size rides in message 0 with the header;
+ * larger data follows in chunks. The inline limit keeps message 0 within one slot of the
+ * shared-memory transport (16 KiB by default): above that, the two staging copies cost
+ * more than the message they save (measured). Both sizes shrink as ranks grow so that the
+ * staging of a whole communicator stays bounded (see dynStaging). */
+#define DYN_INLINE_MAX ((size_t)12 << 10)
+#define DYN_INLINE_MIN ((size_t)4 << 10)
+#define DYN_CHUNK_MAX ((size_t)192 << 10)
+#define DYN_CHUNK_MIN ((size_t)16 << 10)
+#define DYN_BUDGET ((size_t)4 << 20) /* chunk and inline sizes * nranks, until the minimums */
+
+typedef struct {
+  uint32_t magic;
+  uint32_t nseg;
+  uint64_t unitBytes;
+  uint64_t seq;      /* the sender's collective sequence number */
+  uint64_t capacity; /* units the sender can receive from each peer, or DYN_NO_CAPACITY */
+  uint64_t chunk;    /* size of the messages after message 0 */
+  uint64_t inlined;  /* data bytes in message 0: 0, or all of them */
+  /* then nseg uint64_t counts, then the inline data */
+} dynHeader;
+_Static_assert(sizeof(dynHeader) == 48, "dynamic header layout");
+
+/* One direction of one peer: message 0, then the data as one stream cut in chunks. A side
+ * whose segments are contiguous in memory moves chunks in place (zero copy); otherwise
+ * chunks go through two staging slots (gather before sending, scatter after receiving). */
+typedef struct {
+  void* reqs[DYN_INFLIGHT];
+  size_t reqBytes[DYN_INFLIGHT];
+  uint64_t reqOff[DYN_INFLIGHT]; /* stream offset of each data message in flight */
+  int head, inflight;
+  size_t msgsTotal, msgsPosted, msgsDone;
+  uint64_t total;  /* data bytes */
+  uint64_t posted; /* data bytes covered by posted messages (message 0's inline data too) */
+  uint64_t done;   /* data bytes delivered */
+  size_t chunk;
+  char* direct;     /* contiguous data, or NULL: staged */
+  char* msg0;       /* header (+ inline data) */
+  size_t msg0Bytes; /* send: exact; receive: what is posted */
+  char* slots;      /* staged: 2 * chunk bytes */
+  uint64_t inlined;
+} dynChan;
+
+typedef struct {
+  dynExchange* x;
+  struct ncclxComm* comm;
+  int n, me;
+  size_t chunk, inlineMax;
+  dynChan* send;
+  dynChan* recv;
+  int placeDirty;
+  /* The sender's half of a capacity failure waits until our header reached that peer, so
+   * the peer reports it first-hand (and sends the only abort notice). */
+  int capPeer; /* -1: none */
+  double capSince;
+  char capWhy[512];
+} dynState;
+
+static double nowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char* opName(const struct ncclxComm* comm) {
+  return comm->curOpName ? comm->curOpName : "alltoallv_dynamic";
+}
+
+static unsigned long long opSeq(const struct ncclxComm* comm) { return (unsigned long long)comm->curOpSeq; }
+
+static size_t hdrSize(int nseg) { return sizeof(dynHeader) + 8 * (size_t)nseg; }
+
+static size_t alignUp(size_t v) { return (v + 63) & ~(size_t)63; }
+
+static uint64_t sumSegs(const uint64_t* segs, int n) {
+  uint64_t s = 0;
+  for (int i = 0; i < n; i++) s += segs[i];
+  return s;
+}
+
+static size_t clampSize(size_t v, size_t lo, size_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+void dynStaging(int nranks, size_t* inlineMax, size_t* chunkMax) {
+  size_t share = DYN_BUDGET / (size_t)(nranks > 0 ? nranks : 1);
+  *inlineMax = clampSize(share, DYN_INLINE_MIN, DYN_INLINE_MAX);
+  *chunkMax = clampSize(share, DYN_CHUNK_MIN, DYN_CHUNK_MAX);
+}
+
+/* ---------------- segments as one stream ---------------- */
+
+/* Copy stream bytes [off, off + len) of the segments to or from buf. */
+static void segCopy(char* const* ptrs, const uint64_t* segs, int nseg, size_t unit, uint64_t off, size_t len,
+                    char* buf, int toSegs) {
+  for (int i = 0; i < nseg && len; i++) {
+    uint64_t bytes = segs[i] * unit;
+    if (off >= bytes) {
+      off -= bytes;
+      continue;
+    }
+    size_t n = bytes - off < len ? (size_t)(bytes - off) : len;
+    if (toSegs) memcpy(ptrs[i] + off, buf, n);
+    else memcpy(buf, ptrs[i] + off, n);
+    buf += n;
+    len -= n;
+    off = 0;
+  }
+}
+
+/* The start of the stream when the non-empty segments are back to back in memory. */
+static char* contiguousBase(char* const* ptrs, const uint64_t* segs, int nseg, size_t unit) {
+  char *base = NULL, *end = NULL;
+  for (int i = 0; i < nseg; i++) {
+    if (!segs[i]) continue;
+    if (base && ptrs[i] != end) return NULL;
+    if (!base) base = ptrs[i];
+    end = ptrs[i] + segs[i] * unit;
+  }
+  return base;
+}
+
+/* After message 0: the number of chunks still to move. */
+static void chanSetData(dynChan* ch, uint64_t total, uint64_t inlined) {
+  ch->total = total;
+  ch->inlined = inlined;
+  ch->posted = ch->done = inlined;
+  uint64_t rest = total - inlined;
+  ch->msgsTotal = 1 + (rest ? (size_t)((rest + ch->chunk - 1) / ch->chunk) : 0);
+}
+
+static int chanComplete(const dynState* st, int peer, int isSend) {
+  const dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
+  if (!isSend && !st->x->peers[peer].placed) return 0;
+  return ch->msgsDone == ch->msgsTotal;
+}
+
+/* ---------------- failures ---------------- */
+
+/* Wait up to 300 ms for an abort notice: the peer whose link broke is often only the
+ * messenger of another rank's failure. */
+static int awaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
+  double deadline = nowSec() + 0.3;
+  do {
+    if (bootstrapPollAbort(comm->bootstrap, notice, size)) return 1;
+    usleep(5000);
+  } while (nowSec() < deadline);
+  return 0;
+}
+
+/* A transport refused a message or failed a request. Prefer, in order: our own pending
+ * capacity failure, an abort notice from the rank that failed first, then blaming the peer. */
+static ncclxResult_t linkFailed(dynState* st, int peer, int isSend, const char* how) {
+  struct ncclxComm* comm = st->comm;
+  const dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
+  char notice[1024], who[128];
+  if (st->capPeer >= 0) return commSetError(comm, ncclxInvalidUsage, "%s", st->capWhy);
+  if (awaitNotice(comm, notice, sizeof(notice))) return commSetError(comm, ncclxRemoteError, "%s", notice);
+  return commFail(comm, ncclxRemoteError,
+                  "%s during %s #%llu: %s %s (%s %llu of %llu data bytes; it exited, failed, or sent "
+                  "something this rank did not expect)",
+                  how, opName(comm), opSeq(comm), isSend ? "sending to" : "receiving from",
+                  commDescribeRank(comm, peer, who, sizeof(who)), isSend ? "sent" : "received",
+                  (unsigned long long)ch->done, (unsigned long long)ch->total);
+}
+
+/* ---------------- message 0 ---------------- */
+
+static ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
+  struct ncclxComm* comm = st->comm;
+  dynExchange* x = st->x;
+  dynPeer* p = &x->peers[peer];
+  dynChan* ch = &st->recv[peer];
+  char who[128];
+  commDescribeRank(comm, peer, who, sizeof(who));
+  dynHeader h;
+  memset(&h, 0, sizeof(h));
+  if (got >= sizeof(h)) memcpy(&h, ch->msg0, sizeof(h));
+  if (got < sizeof(h) || h.magic != DYN_MAGIC)
+    return commFail(comm, ncclxInvalidUsage,
+                    "%s #%llu: %s sent a %zu-byte message that does not start with a dynamic all-to-all "
+                    "header (is it running a different collective? calls differ between ranks?)",
+                    opName(comm), opSeq(comm), who, got);
+  if (h.seq != comm->curOpSeq)
+    return commFail(comm, ncclxInvalidUsage,
+                    "%s #%llu: %s is at collective #%llu (calls differ between ranks?)", opName(comm),
+                    opSeq(comm), who, (unsigned long long)h.seq);
+  if (h.unitBytes != x->unitBytes)
+    return commFail(comm, ncclxInvalidUsage,
+                    "%s #%llu: %s counts in %llu-byte %s, this rank in %zu-byte ones "
+                    "(datatype or row size differs between ranks?)",
+                    opName(comm), opSeq(comm), who, (unsigned long long)h.unitBytes, x->unitName, x->unitBytes);
+  if (h.nseg != (uint32_t)p->nRecvSeg || got < hdrSize((int)h.nseg))
+    return commFail(comm, ncclxInvalidUsage,
+                    "%s #%llu: %s sends %u segments, this rank expects %d (arguments such as the number of "
+                    "experts differ between ranks?)",
+                    opName(comm), opSeq(comm), who, h.nseg, p->nRecvSeg);
+  if (h.chunk == 0 || h.chunk > st->chunk)
+    return commFail(comm, ncclxInvalidUsage, "%s #%llu: %s uses %llu-byte messages, this rank at most %zu",
+                    opName(comm), opSeq(comm), who, (unsigned long long)h.chunk, st->chunk);
+  memcpy(p->recvSegs, ch->msg0 + sizeof(h), 8 * (size_t)p->nRecvSeg);
+  uint64_t total = 0, limit = (SIZE_MAX / 2) / x->unitBytes;
+  for (int i = 0; i < p->nRecvSeg; i++) {
+    if (p->recvSegs[i] > limit - total)
+      return commFail(comm, ncclxInvalidUsage, "%s #%llu: %s announces more %s than fit in memory",
+                      opName(comm), opSeq(comm), who, x->unitName);
+    total += p->recvSegs[i];
+  }
+  uint64_t bytes = total * x->unitBytes;
+  if ((h.inlined != 0 && h.inlined != bytes) || h.inlined > st->inlineMax ||
+      got != hdrSize(p->nRecvSeg) + h.inlined)
+    return commFail(comm, ncclxInvalidUsage,
+                    "%s #%llu: %s sent a %zu-byte first message with %llu of its %llu bytes (calls differ "
+                    "between ranks?)",
+                    opName(comm), opSeq(comm), who, got, (unsigned long long)h.inlined,
+                    (unsigned long long)bytes);
+  ch->chunk = (size_t)h.chunk;
+  chanSetData(ch, bytes, h.inlined);
+  p->hdrKnown = 1;
+  st->placeDirty = 1;
+  /* The sender's half of the capacity check: the peer advertised what it can hold. */
+  uint64_t sending = sumSegs(p->sendSegs, p->nSendSeg);
+  if (h.capacity != DYN_NO_CAPACITY && sending > h.capacity && st->capPeer < 0) {
+    st->capPeer = peer;
+    st->capSince = nowSec();
+    snprintf(st->capWhy, sizeof(st->capWhy),
+             "%s #%llu: rank %d sends %llu %s to %s, which can receive at most %llu from each peer (its %s)",
+             opName(comm), opSeq(comm), comm->rank, (unsigned long long)sending, x->unitName, who,
+             (unsigned long long)h.capacity, x->capName ? x->capName : "capacity");
+  }
+  return ncclxSuccess;
+}
+
+/* Fail once our message 0 (with the counts) reached the peer that cannot take them, or
+ * after a second. No abort notice: the receiver detects the same count and sends it. */
+static ncclxResult_t capFailReady(dynState* st) {
+  if (st->capPeer < 0) return ncclxSuccess;
+  if (st->send[st->capPeer].msgsDone == 0 && nowSec() - st->capSince < 1.0) return ncclxSuccess;
+  return commSetError(st->comm, ncclxInvalidUsage, "%s", st->capWhy);
+}
+
+static void selfCopy(dynState* st) {
+  const dynPeer* p = &st->x->peers[st->me];
+  for (int i = 0; i < p->nRecvSeg; i++) {
+    size_t bytes = (size_t)p->recvSegs[i] * st->x->unitBytes;
+    if (bytes && p->recvDst[i] != p->sendPtr[i]) memmove(p->recvDst[i], p->sendPtr[i], bytes);
+  }
+}
+
+/* Ask place() about every peer whose header is known; then deliver message 0's inline data
+ * and choose how the rest arrives. */
+static ncclxResult_t placePass(dynState* st, int* progress) {
+  dynExchange* x = st->x;
+  for (int peer = 0; peer < st->n; peer++) {
+    dynPeer* p = &x->peers[peer];
+    if (!p->hdrKnown || p->placed) continue;
+    int placed = 0;
+    x->why[0] = '\0';
+    ncclxResult_t res = x->place(x, peer, &placed);
+    if (res != ncclxSuccess)
+      return commFail(st->comm, res, "%s #%llu: %s", opName(st->comm), opSeq(st->comm), x->why);
+    if (!placed) continue;
+    p->placed = 1;
+    *progress = 1;
+    if (peer == st->me) {
+      selfCopy(st);
+      continue;
+    }
+    dynChan* ch = &st->recv[peer];
+    if (ch->inlined)
+      segCopy(p->recvDst, p->recvSegs, p->nRecvSeg, x->unitBytes, 0, ch->inlined,
+              ch->msg0 + hdrSize(p->nRecvSeg), 1);
+    ch->direct = contiguousBase(p->recvDst, p->recvSegs, p->nRecvSeg, x->unitBytes);
+    if (!ch->direct && ch->msgsTotal > 1 && !x->scatteredRecv)
+      return commFail(st->comm, ncclxInternalError, "%s #%llu: segments from rank %d are not adjacent",
+                      opName(st->comm), opSeq(st->comm), peer);
+  }
+  return ncclxSuccess;
+}
+
+/* ---------------- progress ---------------- */
+
+static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress) {
+  struct ncclxComm* comm = st->comm;
+  dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
+  dynPeer* p = &st->x->peers[peer];
+  struct ncclxPeerConn* c = &comm->conns[peer];
+  for (;;) {
+    if (ch->msgsPosted >= ch->msgsTotal) return ncclxSuccess;
+    int staged = ch->msgsPosted > 0 && !ch->direct;
+    if (ch->inflight >= (staged ? 2 : DYN_INFLIGHT)) return ncclxSuccess;
+    if (isSend && peer == st->capPeer && ch->msgsPosted > 0) return ncclxSuccess; /* header only */
+    char* ptr;
+    size_t len;
+    uint64_t off = ch->posted;
+    if (ch->msgsPosted == 0) {
+      ptr = ch->msg0;
+      len = ch->msg0Bytes;
+    } else {
+      len = ch->total - off < ch->chunk ? (size_t)(ch->total - off) : ch->chunk;
+      if (ch->direct) {
+        ptr = ch->direct + off;
+      } else {
+        /* Staged messages complete in order, so message k uses slot k % 2. */
+        ptr = ch->slots + (ch->msgsPosted % 2) * ch->chunk;
+        if (isSend)
+          segCopy((char* const*)p->sendPtr, p->sendSegs, p->nSendSeg, st->x->unitBytes, off, len, ptr, 0);
+      }
+    }
+    void* req = NULL;
+    ncclxResult_t res;
+    if (isSend) {
+      res = c->net->isend(c->sendComm, ptr, len, comm->rank, NULL, NULL, &req);
+    } else {
+      void* data = ptr;
+      int tag = peer;
+      res = c->net->irecv(c->recvComm, 1, &data, &len, &tag, NULL, NULL, &req);
+    }
+    if (res != ncclxSuccess) {
+      char how[128];
+      snprintf(how, sizeof(how), "network '%s' refused a %zu-byte message", c->net->name, len);
+      return linkFailed(st, peer, isSend, how);
+    }
+    if (!req) return ncclxSuccess; /* transport busy: the same message again later */
+    int slot = (ch->head + ch->inflight) % DYN_INFLIGHT;
+    ch->reqs[slot] = req;
+    ch->reqBytes[slot] = len;
+    ch->reqOff[slot] = off;
+    ch->inflight++;
+    if (ch->msgsPosted++ > 0) ch->posted += len;
+    *progress = 1;
+  }
+}
+
+static ncclxResult_t chanTest(dynState* st, int peer, int isSend, int* progress) {
+  struct ncclxComm* comm = st->comm;
+  dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
+  dynPeer* p = &st->x->peers[peer];
+  const ncclxNet_t* net = comm->conns[peer].net;
+  while (ch->inflight > 0) {
+    int slot = ch->head, done = 0;
+    size_t got = 0;
+    if (net->test(ch->reqs[slot], &done, &got) != ncclxSuccess) {
+      ch->inflight = 0; /* the transport freed the failed request */
+      return linkFailed(st, peer, isSend, "the connection failed");
+    }
+    if (!done) return ncclxSuccess;
+    ch->head = (ch->head + 1) % DYN_INFLIGHT;
+    ch->inflight--;
+    size_t msg = ch->msgsDone++;
+    *progress = 1;
+    if (msg == 0) {
+      if (!isSend) NCCLX_CHECK(parseHeader(st, peer, got));
+      continue;
+    }
+    if (!isSend && got != ch->reqBytes[slot]) {
+      char who[128];
+      return commFail(
+          comm, ncclxInvalidUsage,
+          "%s #%llu: %s sent a %zu-byte message where %zu bytes were expected (calls differ between "
+          "ranks?)",
+          opName(comm), opSeq(comm), commDescribeRank(comm, peer, who, sizeof(who)), got, ch->reqBytes[slot]);
+    }
+    if (!isSend && !ch->direct)
+      segCopy(p->recvDst, p->recvSegs, p->nRecvSeg, st->x->unitBytes, ch->reqOff[slot], ch->reqBytes[slot],
+              ch->slots + (msg % 2) * ch->chunk, 1);
+    ch->done += ch->reqBytes[slot];
+  }
+  return ncclxSuccess;
+}
+
+/* Nothing moved for a while: sleep until a connection or the bootstrap has news. */
+static void idleSleep(dynState* st) {
+  struct pollfd fds[64];
+  int nfds = 0, sendsWaiting = 0;
+  for (int peer = 0; peer < st->n && nfds < 63; peer++) {
+    if (peer == st->me) continue;
+    const struct ncclxPeerConn* c = &st->comm->conns[peer];
+    for (int isSend = 0; isSend < 2 && nfds < 63; isSend++) {
+      if (chanComplete(st, peer, isSend)) continue;
+      int fd = isSend ? c->sendFd : c->recvFd;
+      if (fd < 0) sendsWaiting |= isSend;
+      else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    }
+  }
+  int bfd = bootstrapPollFd(st->comm->bootstrap);
+  if (bfd >= 0) fds[nfds++] = (struct pollfd){.fd = bfd, .events = POLLIN};
+  if (sendsWaiting || nfds == 0) {
+    usleep(50);
+    return;
+  }
+  (void)poll(fds, (nfds_t)nfds, 2);
+}
+
+static ncclxResult_t checkStuck(dynState* st, double lastProgress) {
+  struct ncclxComm* comm = st->comm;
+  char notice[1024];
+  if (atomic_load(&comm->abortFlag)) {
+    ncclxResult_t res = commCheckHealthy(comm);
+    return res != ncclxSuccess ? res : ncclxInvalidUsage;
+  }
+  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
+    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  if (comm->timeoutSec <= 0 || nowSec() - lastProgress <= comm->timeoutSec) return ncclxSuccess;
+  char list[640] = "", who[128];
+  size_t len = 0;
+  for (int peer = 0; peer < st->n && len < sizeof(list) - 200; peer++) {
+    if (peer == st->me) continue;
+    for (int isSend = 0; isSend < 2 && len < sizeof(list) - 200; isSend++) {
+      if (chanComplete(st, peer, isSend)) continue;
+      const dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
+      len += (size_t)snprintf(
+          list + len, sizeof(list) - len, " %s %s (%s);", isSend ? "sending to" : "receiving from",
+          commDescribeRank(comm, peer, who, sizeof(who)), ch->msgsDone == 0 ? "first message" : "data");
+    }
+  }
+  return commFail(comm, ncclxRemoteError, "timeout: no progress for %.0f s during %s #%llu, waiting on:%s",
+                  comm->timeoutSec, opName(comm), opSeq(comm), list);
+}
+
+/* ---------------- setup and the loop ---------------- */
+
+/* Message 0 lands at the start of the receive area; when place() may scatter a peer's
+ * segments, the same area then serves as the two staging slots. */
+static size_t recvAreaBytes(const dynState* st, const dynChan* r) {
+  size_t slots = st->x->scatteredRecv ? 2 * st->chunk : 0;
+  return r->msg0Bytes > slots ? r->msg0Bytes : slots;
+}
+
+static ncclxResult_t setupChannels(dynState* st) {
+  struct ncclxComm* comm = st->comm;
+  dynExchange* x = st->x;
+  int n = st->n;
+  size_t total = 0;
+  for (int peer = 0; peer < n; peer++) {
+    if (peer == st->me) continue;
+    const dynPeer* p = &x->peers[peer];
+    dynChan* s = &st->send[peer];
+    dynChan* r = &st->recv[peer];
+    s->chunk = st->chunk;
+    uint64_t bytes = sumSegs(p->sendSegs, p->nSendSeg) * x->unitBytes;
+    chanSetData(s, bytes, bytes <= st->inlineMax ? bytes : 0);
+    s->msg0Bytes = hdrSize(p->nSendSeg) + (size_t)s->inlined;
+    s->direct = contiguousBase((char* const*)p->sendPtr, p->sendSegs, p->nSendSeg, x->unitBytes);
+    r->msgsTotal = 1; /* the rest once the header is known */
+    r->msg0Bytes = hdrSize(p->nRecvSeg) + st->inlineMax;
+    size_t recvArea = recvAreaBytes(st, r);
+    int sendStaged = !s->direct && s->msgsTotal > 1;
+    total += alignUp(s->msg0Bytes) + (sendStaged ? 2 * st->chunk : 0) + alignUp(recvArea);
+  }
+  /* Staging lives in the comm's scratch: after a failure the transport may still hold
+   * requests on it, and the comm (unlike this call's stack) outlives that. Pages that
+   * small messages never reach are never touched. */
+  char* buf = total ? commScratch(comm, total) : NULL;
+  if (total && !buf)
+    return commFail(comm, ncclxSystemError, "%s #%llu: cannot allocate %zu bytes of staging", opName(comm),
+                    opSeq(comm), total);
+  for (int peer = 0; peer < n; peer++) {
+    if (peer == st->me) continue;
+    dynChan* s = &st->send[peer];
+    dynChan* r = &st->recv[peer];
+    const dynPeer* p = &x->peers[peer];
+    s->msg0 = buf;
+    buf += alignUp(s->msg0Bytes);
+    if (!s->direct && s->msgsTotal > 1) {
+      s->slots = buf;
+      buf += 2 * st->chunk;
+    }
+    r->msg0 = r->slots = buf;
+    buf += alignUp(recvAreaBytes(st, r));
+    dynHeader h = {.magic = DYN_MAGIC,
+                   .nseg = (uint32_t)p->nSendSeg,
+                   .unitBytes = x->unitBytes,
+                   .seq = comm->curOpSeq,
+                   .capacity = x->capacity,
+                   .chunk = st->chunk,
+                   .inlined = s->inlined};
+    memcpy(s->msg0, &h, sizeof(h));
+    memcpy(s->msg0 + sizeof(h), p->sendSegs, 8 * (size_t)p->nSendSeg);
+    segCopy((char* const*)p->sendPtr, p->sendSegs, p->nSendSeg, x->unitBytes, 0, (size_t)s->inlined,
+            s->msg0 + hdrSize(p->nSendSeg), 0);
+  }
+  return ncclxSuccess;
+}
+
+static ncclxResult_t connectPeers(dynState* st) {
+  int n = st->n, k = 0;
+  if (n == 1) return ncclxSuccess;
+  int* peers = malloc(sizeof(int) * (size_t)(n - 1));
+  if (!peers) return commFail(st->comm, ncclxSystemError, "%s: out of memory", opName(st->comm));
+  for (int i = 1; i < n; i++) peers[k++] = (st->me + i) % n;
+  ncclxResult_t res = peersEnsure(st->comm, peers, k, peers, k);
+  free(peers);
+  return res;
+}
+
+/* Polls before yielding. With more ranks on this host than CPUs, spinning only keeps the
+ * peer we wait for off the CPU (measured: 8 ranks on 2 CPUs ran up to 2x slower with 200
+ * spins than with 20); the yields that follow still give the shared-memory transport the
+ * test() calls it needs before it arms its doorbell. */
+static unsigned spinPolls(const struct ncclxComm* comm) {
+  static long cpus = 0;
+  if (cpus == 0) cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && comm->ranksPerHostMax >= cpus ? 20 : 200;
+}
+
+static ncclxResult_t progressLoop(dynState* st) {
+  int n = st->n;
+  double lastProgress = nowSec();
+  unsigned idle = 0, spins = spinPolls(st->comm);
+  for (;;) {
+    int progress = 0, pending = 0;
+    if (st->placeDirty) {
+      st->placeDirty = 0;
+      NCCLX_CHECK(placePass(st, &progress));
+    }
+    for (int k = 1; k < n; k++) {
+      /* Staggered: rank r starts with r+1 (sends) and r-1 (receives). Sends first, so every
+       * header leaves before anything received can stop this rank. */
+      int to = (st->me + k) % n, from = (st->me - k + n) % n;
+      if (!chanComplete(st, to, 1)) {
+        NCCLX_CHECK(chanPost(st, to, 1, &progress));
+        NCCLX_CHECK(chanTest(st, to, 1, &progress));
+        pending |= !chanComplete(st, to, 1);
+      }
+      if (!chanComplete(st, from, 0)) {
+        /* Data receives wait for placement (their destination). */
+        if (st->recv[from].msgsPosted == 0 || st->x->peers[from].placed)
+          NCCLX_CHECK(chanPost(st, from, 0, &progress));
+        NCCLX_CHECK(chanTest(st, from, 0, &progress));
+        pending |= !chanComplete(st, from, 0);
+      }
+    }
+    NCCLX_CHECK(capFailReady(st));
+    pending |= !st->x->peers[st->me].placed || st->placeDirty || st->capPeer >= 0;
+    if (!pending) return ncclxSuccess;
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    /* Spin briefly (lowest latency when cores are free), then yield, then sleep in poll(). */
+    if (++idle < spins) continue;
+    if (idle == spins) lastProgress = nowSec();
+    if (idle < spins + 200) {
+      sched_yield();
+      continue;
+    }
+    idleSleep(st);
+    NCCLX_CHECK(checkStuck(st, lastProgress));
+  }
+}
+
+ncclxResult_t dynExchangeRun(dynExchange* x) {
+  struct ncclxComm* comm = x->comm;
+  dynState st = {.x = x, .comm = comm, .n = comm->nranks, .me = comm->rank, .capPeer = -1};
+  size_t chunkMax;
+  dynStaging(st.n, &st.inlineMax, &chunkMax);
+  st.chunk = comm->chunkBytes && comm->chunkBytes < chunkMax ? comm->chunkBytes : chunkMax;
+  if (comm->maxMessageBytes && st.chunk > comm->maxMessageBytes) st.chunk = comm->maxMessageBytes;
+  dynPeer* self = &x->peers[st.me];
+  if (self->nSendSeg != self->nRecvSeg)
+    return commFail(comm, ncclxInternalError, "%s #%llu: %d segments to self but %d expected", opName(comm),
+                    opSeq(comm), self->nSendSeg, self->nRecvSeg);
+  for (int peer = 0; peer < st.n; peer++) x->peers[peer].hdrKnown = x->peers[peer].placed = 0;
+  size_t nchan = st.n > 0 ? (size_t)st.n : 1;
+  st.send = calloc(2 * nchan, sizeof(dynChan));
+  st.recv = st.send ? st.send + nchan : NULL;
+  ncclxResult_t res = ncclxSuccess;
+  if (!st.send)
+    res = commFail(comm, ncclxSystemError, "%s #%llu: out of memory for %d peers", opName(comm), opSeq(comm),
+                   st.n);
+  if (res == ncclxSuccess) res = setupChannels(&st);
+  if (res == ncclxSuccess) {
+    /* Our own "header" is known at once. */
+    memcpy(self->recvSegs, self->sendSegs, 8 * (size_t)self->nSendSeg);
+    self->hdrKnown = 1;
+    st.placeDirty = 1;
+    res = connectPeers(&st);
+  }
+  if (res == ncclxSuccess) res = progressLoop(&st);
+  free(st.send);
+  return res;
+}
+
+/* ---------------- execution under the comm's lock ---------------- */
+
+ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
+                        ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg) {
+  ncclxLogSetRank(comm->rank);
+  pthread_mutex_lock(&comm->execLock);
+  ncclxResult_t res =
+      atomic_load(&comm->destroyed)
+          ? ncclxSetError(ncclxInvalidUsage, "%s: communicator was destroyed before the queued call ran", name)
+          : commCheckHealthy(comm);
+  if (res == ncclxSuccess) {
+    uint64_t seq = ++comm->collSeq;
+    comm->curOpName = name;
+    comm->curOpSeq = seq;
+    INFO(NCCLX_LOG_COLL, "%s #%llu: comm %s nranks %d", name, (unsigned long long)seq, comm->name,
+         comm->nranks);
+    res = fn(comm, arg);
+    comm->curOpName = NULL;
+  }
+  pthread_mutex_unlock(&comm->execLock);
+  return res;
+}
+
+ncclxResult_t dynArgError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ncclxSetErrorV(res, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&comm->errLock);
+  if (atomic_load(&comm->asyncError) == ncclxSuccess)
+    snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
+  pthread_mutex_unlock(&comm->errLock);
+  return res;
+}
+
+ncclxResult_t dynCheckCommStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
+  char why[512];
+  ncclxResult_t res = commCheckHandle(comm);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return ncclxSetError(res, "%s: %s", fn, why);
+  }
+  ncclxLogSetRank(comm->rank);
+  NCCLX_CHECK(commCheckHealthy(comm));
+  res = streamCheckHandle(stream);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return dynArgError(comm, res, "%s: %s", fn, why);
+  }
+  return ncclxSuccess;
+}
+
+/* ---------------- the public all-to-all ---------------- */
+
+typedef struct {
+  ncclxTask base;
+  struct ncclxComm* comm;
+  const char* sendbuff;
+  const size_t* sendcounts;
+  char* recvbuff;
+  size_t maxRecv; /* per peer, or in total (compact) */
+  size_t* recvcounts;
+  size_t* rdispls; /* compact only */
+  size_t elemBytes;
+  int compact;
+  int nextPeer;       /* compact: first peer not placed yet */
+  uint64_t placedSum; /* compact: elements placed before nextPeer */
+  /* nranks entries each */
+  dynPeer* peers;
+  const char** sendPtrs;
+  uint64_t* sendSegs;
+  uint64_t* recvSegs;
+  char** recvDst;
+} a2avTask;
+
+static ncclxResult_t placePerPeer(dynExchange* x, int peer, int* placed) {
+  a2avTask* t = x->ctx;
+  uint64_t count = x->peers[peer].recvSegs[0];
+  if (count > t->maxRecv) {
+    char who[128];
+    snprintf(x->why, sizeof(x->why), "%s sends %llu elements to rank %d, more than its maxRecvCount %zu",
+             commDescribeRank(x->comm, peer, who, sizeof(who)), (unsigned long long)count, x->comm->rank,
+             t->maxRecv);
+    return ncclxInvalidUsage;
+  }
+  t->recvcounts[peer] = (size_t)count;
+  x->peers[peer].recvDst[0] = count ? t->recvbuff + (size_t)peer * t->maxRecv * t->elemBytes : NULL;
+  *placed = 1;
+  return ncclxSuccess;
+}
+
+/* Blocks are packed in peer order, so a peer is placed once every lower peer's count is known. */
+static ncclxResult_t placePacked(dynExchange* x, int peer, int* placed) {
+  a2avTask* t = x->ctx;
+  while (t->nextPeer < x->comm->nranks && x->peers[t->nextPeer].hdrKnown) {
+    int q = t->nextPeer;
+    uint64_t count = x->peers[q].recvSegs[0];
+    if (count > t->maxRecv - t->placedSum) {
+      char who[128];
+      snprintf(x->why, sizeof(x->why),
+               "%s sends %llu elements to rank %d, which has room for only %llu more: its maxRecvTotal "
+               "is %zu and ranks before %d sent %llu",
+               commDescribeRank(x->comm, q, who, sizeof(who)), (unsigned long long)count, x->comm->rank,
+               (unsigned long long)(t->maxRecv - t->placedSum), t->maxRecv, q,
+               (unsigned long long)t->placedSum);
+      return ncclxInvalidUsage;
+    }
+    t->recvcounts[q] = (size_t)count;
+    t->rdispls[q] = (size_t)t->placedSum;
+    x->peers[q].recvDst[0] = count ? t->recvbuff + (size_t)t->placedSum * t->elemBytes : NULL;
+    t->placedSum += count;
+    t->nextPeer++;
+  }
+  *placed = peer < t->nextPeer;
+  return ncclxSuccess;
+}
+
+static int overlaps(const void* a, size_t alen, const void* b, size_t blen) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return alen && blen && x < y + blen && y < x + alen;
+}
+
+static ncclxResult_t a2avExec(struct ncclxComm* comm, void* arg) {
+  a2avTask* t = arg;
+  int n = comm->nranks;
+  const char* fn = t->compact ? "ncclxAllToAllvDynamicCompact" : "ncclxAllToAllvDynamic";
+  /* The counts are the caller's at this moment: check them now (failures here must reach
+   * the peers, which are already waiting for our headers: commFail). */
+  uint64_t sum = 0, limit = (SIZE_MAX / 2) / t->elemBytes;
+  for (int p = 0; p < n; p++) {
+    size_t c = t->sendcounts[p];
+    if (c > limit - sum)
+      return commFail(comm, ncclxInvalidArgument,
+                      "%s #%llu: sendcounts[%d] = %zu: the send counts add up to "
+                      "more than fits in memory",
+                      fn, opSeq(comm), p, c);
+    t->sendSegs[p] = c;
+    t->sendPtrs[p] = t->sendbuff ? t->sendbuff + sum * t->elemBytes : NULL;
+    sum += c;
+  }
+  if (sum > 0 && !t->sendbuff)
+    return commFail(comm, ncclxInvalidArgument, "%s #%llu: sendbuff is NULL but the send counts add up to %llu",
+                    fn, opSeq(comm), (unsigned long long)sum);
+  size_t recvBytes = (t->compact ? t->maxRecv : t->maxRecv * (size_t)n) * t->elemBytes;
+  if (overlaps(t->sendbuff, (size_t)sum * t->elemBytes, t->recvbuff, recvBytes))
+    return commFail(comm, ncclxInvalidArgument,
+                    "%s #%llu: sendbuff and recvbuff overlap (in place is not supported)", fn, opSeq(comm));
+  t->nextPeer = 0;
+  t->placedSum = 0;
+  dynExchange x = {.comm = comm,
+                   .unitBytes = t->elemBytes,
+                   .unitName = "elements",
+                   .capName = t->compact ? "maxRecvTotal" : "maxRecvCount",
+                   .capacity = t->compact ? DYN_NO_CAPACITY : t->maxRecv,
+                   .peers = t->peers,
+                   .place = t->compact ? placePacked : placePerPeer,
+                   .ctx = t};
+  return dynExchangeRun(&x);
+}
+
+static ncclxResult_t a2avRun(ncclxTask* task) {
+  a2avTask* t = (a2avTask*)task;
+  return dynExecOp(t->comm, "alltoallv_dynamic", a2avExec, t);
+}
+
+static void a2avRelease(ncclxTask* task) {
+  a2avTask* t = (a2avTask*)task;
+  commRelease(t->comm);
+  free(t);
+}
+
+static ncclxResult_t a2avSubmit(const char* fn, const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                                size_t maxRecv, size_t* recvcounts, size_t* rdispls, ncclxDataType_t datatype,
+                                ncclxComm_t comm, ncclxStream_t stream, int compact) {
+  NCCLX_CHECK(dynCheckCommStream(comm, stream, fn));
+  if ((unsigned)datatype >= ncclxNumTypes)
+    return dynArgError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)datatype);
+  if (!sendcounts || !recvcounts || (compact && !rdispls))
+    return dynArgError(comm, ncclxInvalidArgument, "%s: %s is NULL", fn,
+                       !sendcounts   ? "sendcounts"
+                       : !recvcounts ? "recvcounts"
+                                     : "rdispls");
+  size_t n = (size_t)comm->nranks, sz = ncclxTypeSize(datatype);
+  size_t slots = compact ? 1 : n;
+  if (maxRecv > 0 && maxRecv > ((SIZE_MAX / 2) / sz) / slots)
+    return dynArgError(comm, ncclxInvalidArgument, "%s: %s %zu is too large", fn,
+                       compact ? "maxRecvTotal" : "maxRecvCount", maxRecv);
+  if (maxRecv > 0 && !recvbuff)
+    return dynArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with %s %zu", fn,
+                       compact ? "maxRecvTotal" : "maxRecvCount", maxRecv);
+  if (sendbuff && overlaps(sendbuff, 1, recvbuff, maxRecv * slots * sz))
+    return dynArgError(comm, ncclxInvalidArgument,
+                       "%s: sendbuff lies inside recvbuff (in place is not supported)", fn);
+  /* One allocation: the task and its per-peer arrays. */
+  size_t bytes = sizeof(a2avTask) + n * (sizeof(dynPeer) + 2 * sizeof(uint64_t) + 2 * sizeof(char*));
+  a2avTask* t = calloc(1, bytes);
+  if (!t) return dynArgError(comm, ncclxSystemError, "%s: out of memory", fn);
+  t->peers = (dynPeer*)(t + 1);
+  t->sendSegs = (uint64_t*)(t->peers + n);
+  t->recvSegs = t->sendSegs + n;
+  t->recvDst = (char**)(t->recvSegs + n);
+  t->sendPtrs = (const char**)(t->recvDst + n);
+  for (size_t p = 0; p < n; p++) {
+    t->peers[p] = (dynPeer){.sendPtr = &t->sendPtrs[p],
+                            .sendSegs = &t->sendSegs[p],
+                            .nSendSeg = 1,
+                            .nRecvSeg = 1,
+                            .recvSegs = &t->recvSegs[p],
+                            .recvDst = &t->recvDst[p]};
+  }
+  t->base.run = a2avRun;
+  t->base.release = a2avRelease;
+  t->comm = comm;
+  t->sendbuff = sendbuff;
+  t->sendcounts = sendcounts;
+  t->recvbuff = recvbuff;
+  t->maxRecv = maxRecv;
+  t->recvcounts = recvcounts;
+  t->rdispls = rdispls;
+  t->elemBytes = sz;
+  t->compact = compact;
+  commRetain(comm);
+  return streamEnqueue(stream, &t->base);
+}
+
+API ncclxResult_t ncclxAllToAllvDynamic(const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                                        size_t maxRecvCount, size_t* recvcounts, ncclxDataType_t datatype,
+                                        ncclxComm_t comm, ncclxStream_t stream) {
+  return a2avSubmit("ncclxAllToAllvDynamic", sendbuff, sendcounts, recvbuff, maxRecvCount, recvcounts, NULL,
+                    datatype, comm, stream, 0);
+}
+
+API ncclxResult_t ncclxAllToAllvDynamicCompact(const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                                               size_t maxRecvTotal, size_t* recvcounts, size_t* rdispls,
+                                               ncclxDataType_t datatype, ncclxComm_t comm,
+                                               ncclxStream_t stream) {
+  return a2avSubmit("ncclxAllToAllvDynamicCompact", sendbuff, sendcounts, recvbuff, maxRecvTotal, recvcounts,
+                    rdispls, datatype, comm, stream, 1);
+}
