@@ -51,6 +51,7 @@ struct ncclxStream {
   uint64_t enqueued, completed; /* tickets: synchronize waits for the ones queued before it */
   int workerAsleep;
   int doneWaiters;
+  uint64_t wakeAt; /* smallest ticket a synchronizer waits for: wake it then, not per task */
   int stopping;
   ncclxResult_t error; /* first failure since the last synchronize */
   char errorText[ERROR_TEXT_MAX];
@@ -325,7 +326,10 @@ static void* streamWorker(void* arg) {
       snprintf(s->errorText, sizeof(s->errorText), "%s", failText);
     }
     s->completed++;
-    if (s->doneWaiters) pthread_cond_broadcast(&s->doneCond);
+    if (s->doneWaiters && s->completed >= s->wakeAt) {
+      s->wakeAt = UINT64_MAX; /* waiters still short of their ticket register it again */
+      pthread_cond_broadcast(&s->doneCond);
+    }
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
@@ -411,6 +415,7 @@ NCCLX_API ncclxResult_t ncclxStreamCreate(ncclxStream_t* stream) {
   what = "initialize its condition variables";
   if ((err = condInitMonotonic(&s->workCond)) != 0) goto failWork;
   if ((err = condInitMonotonic(&s->doneCond)) != 0) goto failDone;
+  s->wakeAt = UINT64_MAX;
   s->live.magic = STREAM_MAGIC;
   what = "start its worker thread";
   if ((err = startWorker(s)) != 0) goto failThread;
@@ -437,7 +442,10 @@ static void waitCompleted(struct ncclxStream* s, uint64_t ticket, const char* wh
   struct waitReport w;
   waitReportInit(&w, what, s);
   s->doneWaiters++;
-  while (s->completed < ticket) condWaitReporting(&s->doneCond, &s->lock, &w);
+  while (s->completed < ticket) {
+    if (ticket < s->wakeAt) s->wakeAt = ticket;
+    condWaitReporting(&s->doneCond, &s->lock, &w);
+  }
   s->doneWaiters--;
   if (s->stopping && s->doneWaiters == 0) pthread_cond_broadcast(&s->doneCond);
 }
