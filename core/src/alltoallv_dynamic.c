@@ -630,35 +630,6 @@ ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
   return res;
 }
 
-ncclxResult_t dynArgError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  ncclxSetErrorV(res, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&comm->errLock);
-  if (atomic_load(&comm->asyncError) == ncclxSuccess)
-    snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
-  pthread_mutex_unlock(&comm->errLock);
-  return res;
-}
-
-ncclxResult_t dynCheckCommStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
-  char why[512];
-  ncclxResult_t res = commCheckHandle(comm);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return ncclxSetError(res, "%s: %s", fn, why);
-  }
-  ncclxLogSetRank(comm->rank);
-  NCCLX_CHECK(commCheckHealthy(comm));
-  res = streamCheckHandle(stream);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return dynArgError(comm, res, "%s: %s", fn, why);
-  }
-  return ncclxSuccess;
-}
-
 /* ---------------- the public all-to-all ---------------- */
 
 typedef struct {
@@ -781,29 +752,29 @@ static void a2avRelease(ncclxTask* task) {
 static ncclxResult_t a2avSubmit(const char* fn, const void* sendbuff, const size_t* sendcounts, void* recvbuff,
                                 size_t maxRecv, size_t* recvcounts, size_t* rdispls, ncclxDataType_t datatype,
                                 ncclxComm_t comm, ncclxStream_t stream, int compact) {
-  NCCLX_CHECK(dynCheckCommStream(comm, stream, fn));
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
   if ((unsigned)datatype >= ncclxNumTypes)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)datatype);
+    return commArgError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)datatype);
   if (!sendcounts || !recvcounts || (compact && !rdispls))
-    return dynArgError(comm, ncclxInvalidArgument, "%s: %s is NULL", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL", fn,
                        !sendcounts   ? "sendcounts"
                        : !recvcounts ? "recvcounts"
                                      : "rdispls");
   size_t n = (size_t)comm->nranks, sz = ncclxTypeSize(datatype);
   size_t slots = compact ? 1 : n;
   if (maxRecv > 0 && maxRecv > ((SIZE_MAX / 2) / sz) / slots)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: %s %zu is too large", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: %s %zu is too large", fn,
                        compact ? "maxRecvTotal" : "maxRecvCount", maxRecv);
   if (maxRecv > 0 && !recvbuff)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with %s %zu", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with %s %zu", fn,
                        compact ? "maxRecvTotal" : "maxRecvCount", maxRecv);
   if (sendbuff && overlaps(sendbuff, 1, recvbuff, maxRecv * slots * sz))
-    return dynArgError(comm, ncclxInvalidArgument,
+    return commArgError(comm, ncclxInvalidArgument,
                        "%s: sendbuff lies inside recvbuff (in place is not supported)", fn);
   /* One allocation: the task and its per-peer arrays. */
   size_t bytes = sizeof(a2avTask) + n * (sizeof(dynPeer) + 2 * sizeof(uint64_t) + 2 * sizeof(char*));
   a2avTask* t = calloc(1, bytes);
-  if (!t) return dynArgError(comm, ncclxSystemError, "%s: out of memory", fn);
+  if (!t) return commArgError(comm, ncclxSystemError, "%s: out of memory", fn);
   t->peers = (dynPeer*)(t + 1);
   t->sendSegs = (uint64_t*)(t->peers + n);
   t->recvSegs = t->sendSegs + n;

@@ -73,10 +73,4 @@ ncclxResult_t dynExchangeRun(dynExchange* x);
 ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
                         ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg);
 
-/* Records an argument error on the calling thread and as comm's last error, without
- * poisoning the communicator (nothing was sent yet). Returns res. */
-ncclxResult_t dynArgError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Handle, health and stream checks of a public entry point `fn`. */
-ncclxResult_t dynCheckCommStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn);
 #endif

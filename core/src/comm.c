@@ -10,6 +10,7 @@
 #include "config.h"
 #include "debug.h"
 #include "peers.h"
+#include "stream.h"
 #include "prof.h"
 #include "transport.h"
 #include "tune.h"
@@ -83,6 +84,35 @@ ncclxResult_t commCheckHealthy(struct ncclxComm* comm) {
   /* Repeat the cause for every later call, without a WARN line each time. */
   ncclxLogSetRank(comm->rank);
   return ncclxSetError(err, "communicator failed earlier: %s", msg);
+}
+
+ncclxResult_t commArgError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ncclxSetErrorV(res, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&comm->errLock);
+  if (atomic_load(&comm->asyncError) == ncclxSuccess)
+    snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
+  pthread_mutex_unlock(&comm->errLock);
+  return res;
+}
+
+ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
+  char why[512];
+  ncclxResult_t res = commCheckHandle(comm);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return ncclxSetError(res, "%s: %s", fn, why);
+  }
+  ncclxLogSetRank(comm->rank);
+  NCCLX_CHECK(commCheckHealthy(comm));
+  res = streamCheckHandle(stream);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return commArgError(comm, res, "%s: %s", fn, why);
+  }
+  return ncclxSuccess;
 }
 
 const char* commDescribeRank(const struct ncclxComm* comm, int rank, char* buf, size_t size) {

@@ -112,6 +112,13 @@ ncclxResult_t commSetError(struct ncclxComm* comm, ncclxResult_t res, const char
  * so that ranks that do not talk to the culprit fail too, naming it. */
 ncclxResult_t commFail(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A bad argument: recorded for the thread and readable through ncclxGetLastError(comm),
+ * but the communicator stays usable (no sticky error). Returns res. */
+ncclxResult_t commArgError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Entry check of a public call on comm and stream: a live, healthy communicator and a valid
+ * stream (NULL is valid); the message is prefixed with the function name fn. */
+ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn);
 /* ncclxSuccess, or the sticky error (with lastError) if the comm failed or was aborted. */
 ncclxResult_t commCheckHealthy(struct ncclxComm* comm);
 /* "rank 3 (host h, pid p)" into buf. */

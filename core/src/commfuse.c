@@ -27,64 +27,31 @@ API const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo) {
 
 /* ---------------- validation ---------------- */
 
-/* Argument errors do not poison the communicator, but stay readable through
- * ncclxGetLastError(comm) as well as on the thread. */
-static ncclxResult_t argError(struct ncclxComm* comm, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static ncclxResult_t argError(struct ncclxComm* comm, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  ncclxSetErrorV(ncclxInvalidArgument, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&comm->errLock);
-  if (atomic_load(&comm->asyncError) == ncclxSuccess)
-    snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
-  pthread_mutex_unlock(&comm->errLock);
-  return ncclxInvalidArgument;
-}
-
-static ncclxResult_t checkCommAndStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
-  char why[512];
-  ncclxResult_t res = commCheckHandle(comm);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return ncclxSetError(res, "%s: %s", fn, why);
-  }
-  ncclxLogSetRank(comm->rank);
-  NCCLX_CHECK(commCheckHealthy(comm));
-  res = streamCheckHandle(stream);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return argError(comm, "%s: %s", fn, why);
-  }
-  return ncclxSuccess;
-}
-
 static ncclxResult_t checkSchedule(struct ncclxComm* comm, ncclxFuseSchedule_t* s, size_t count,
                                    const char* fn) {
   if ((unsigned)s->algo >= ncclxFuseNumAlgos)
-    return argError(comm, "%s: invalid schedule algorithm %d", fn, (int)s->algo);
+    return commArgError(comm, ncclxInvalidArgument, "%s: invalid schedule algorithm %d", fn, (int)s->algo);
   if (s->algo == ncclxFuseSliced && s->slices < 1)
-    return argError(comm, "%s: SLICED needs slices >= 1, not %d", fn, s->slices);
+    return commArgError(comm, ncclxInvalidArgument, "%s: SLICED needs slices >= 1, not %d", fn, s->slices);
   if (s->algo != ncclxFuseSliced) s->slices = 1;
   if (s->unit == 0) s->unit = 1;
   if (count % s->unit != 0)
-    return argError(comm, "%s: count %zu is not a multiple of the schedule's unit %zu", fn, count,
+    return commArgError(comm, ncclxInvalidArgument, "%s: count %zu is not a multiple of the schedule's unit %zu", fn, count,
                     s->unit);
   if (!(s->linkBytesPerSec >= 0) || (s->linkBytesPerSec > 0 && s->linkBytesPerSec < 1e3))
-    return argError(comm, "%s: linkBytesPerSec %g must be 0 (off) or at least 1000", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: linkBytesPerSec %g must be 0 (off) or at least 1000", fn,
                     s->linkBytesPerSec);
   return ncclxSuccess;
 }
 
 static ncclxResult_t checkCommon(struct ncclxComm* comm, ncclxDataType_t type, size_t count,
                                  int haveCallback, void* recvbuff, const char* fn) {
-  if ((unsigned)type >= ncclxNumTypes) return argError(comm, "%s: invalid datatype %d", fn, (int)type);
-  if (!haveCallback) return argError(comm, "%s: the callback is NULL", fn);
+  if ((unsigned)type >= ncclxNumTypes) return commArgError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)type);
+  if (!haveCallback) return commArgError(comm, ncclxInvalidArgument, "%s: the callback is NULL", fn);
   size_t n = (size_t)comm->nranks, size = ncclxTypeSize(type);
   if (count > 0 && (n > SIZE_MAX / count || count * n > (SIZE_MAX / 8) / size))
-    return argError(comm, "%s: count %zu is too large", fn, count);
-  if (count > 0 && !recvbuff) return argError(comm, "%s: recvbuff is NULL with count %zu", fn, count);
+    return commArgError(comm, ncclxInvalidArgument, "%s: count %zu is too large", fn, count);
+  if (count > 0 && !recvbuff) return commArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, count);
   return ncclxSuccess;
 }
 
@@ -190,9 +157,9 @@ API ncclxResult_t ncclxAllGatherCompute(const void* sendbuff, void* recvbuff, si
                                         void* user, ncclxFuseSchedule_t schedule, ncclxComm_t comm,
                                         ncclxStream_t stream) {
   const char* fn = "ncclxAllGatherCompute";
-  NCCLX_CHECK(checkCommAndStream(comm, stream, fn));
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
   NCCLX_CHECK(checkCommon(comm, datatype, sendcount, consume != NULL, recvbuff, fn));
-  if (sendcount > 0 && !sendbuff) return argError(comm, "%s: sendbuff is NULL with count %zu", fn, sendcount);
+  if (sendcount > 0 && !sendbuff) return commArgError(comm, ncclxInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, sendcount);
   NCCLX_CHECK(checkSchedule(comm, &schedule, sendcount, fn));
   fuseOp f = {.comm = comm, .name = "allgather-compute", .sched = schedule, .type = datatype,
               .typeSize = ncclxTypeSize(datatype), .count = sendcount, .sendbuff = sendbuff,
@@ -205,9 +172,9 @@ API ncclxResult_t ncclxComputeReduceScatter(ncclxFuseProduceFn produce, void* us
                                             ncclxRedOp_t op, ncclxFuseSchedule_t schedule,
                                             ncclxComm_t comm, ncclxStream_t stream) {
   const char* fn = "ncclxComputeReduceScatter";
-  NCCLX_CHECK(checkCommAndStream(comm, stream, fn));
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
   NCCLX_CHECK(checkCommon(comm, datatype, recvcount, produce != NULL, recvbuff, fn));
-  if ((unsigned)op >= ncclxNumOps) return argError(comm, "%s: invalid reduction op %d", fn, (int)op);
+  if ((unsigned)op >= ncclxNumOps) return commArgError(comm, ncclxInvalidArgument, "%s: invalid reduction op %d", fn, (int)op);
   NCCLX_CHECK(checkSchedule(comm, &schedule, recvcount, fn));
   fuseOp f = {.comm = comm, .name = "compute-reducescatter", .sched = schedule, .type = datatype,
               .typeSize = ncclxTypeSize(datatype), .count = recvcount, .recvbuff = recvbuff,

@@ -44,42 +44,9 @@ static int collReduces(ncclxCollType_t c) {
   return c == NCCLX_COLL_ALLREDUCE || c == NCCLX_COLL_REDUCE || c == NCCLX_COLL_REDUCESCATTER;
 }
 
-/* Argument errors do not poison the communicator: report them on the thread only, but
- * keep the message reachable through ncclxGetLastError(comm) as well. */
-static ncclxResult_t argError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ncclxResult_t argError(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  ncclxSetErrorV(res, fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&comm->errLock);
-  if (atomic_load(&comm->asyncError) == ncclxSuccess)
-    snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
-  pthread_mutex_unlock(&comm->errLock);
-  return res;
-}
-
-static ncclxResult_t checkCommAndStream(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
-  char why[512];
-  ncclxResult_t res = commCheckHandle(comm);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return ncclxSetError(res, "%s: %s", fn, why);
-  }
-  ncclxLogSetRank(comm->rank);
-  NCCLX_CHECK(commCheckHealthy(comm));
-  res = streamCheckHandle(stream);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return argError(comm, res, "%s: %s", fn, why);
-  }
-  return ncclxSuccess;
-}
-
 static ncclxResult_t checkType(struct ncclxComm* comm, ncclxDataType_t t, const char* fn) {
   if ((unsigned)t >= ncclxNumTypes)
-    return argError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)t);
+    return commArgError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)t);
   return ncclxSuccess;
 }
 
@@ -88,7 +55,7 @@ static ncclxResult_t checkCount(struct ncclxComm* comm, size_t count, size_t mul
                                 ncclxDataType_t t, const char* fn) {
   size_t size = ncclxTypeSize(t);
   if (count > 0 && (mult > SIZE_MAX / count || count * mult > (SIZE_MAX / 2) / size))
-    return argError(comm, ncclxInvalidArgument, "%s: count %zu is too large", fn, count);
+    return commArgError(comm, ncclxInvalidArgument, "%s: count %zu is too large", fn, count);
   return ncclxSuccess;
 }
 
@@ -97,7 +64,7 @@ static ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const 
   char msg[512];
   ncclxResult_t res = gpuCheckBuffer(fn, "sendbuff", send, msg, sizeof msg);
   if (res == ncclxSuccess) res = gpuCheckBuffer(fn, "recvbuff", recv, msg, sizeof msg);
-  return res == ncclxSuccess ? res : argError(comm, res, "%s", msg);
+  return res == ncclxSuccess ? res : commArgError(comm, res, "%s", msg);
 }
 
 static ncclxResult_t validateColl(struct ncclxComm* comm, const ncclxCollArgs* a) {
@@ -105,17 +72,17 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, const ncclxCollArgs* a
   NCCLX_CHECK(checkType(comm, a->datatype, fn));
   NCCLX_CHECK(checkBuffers(comm, fn, a->sendbuff, a->recvbuff));
   if (collReduces(a->coll) && (unsigned)a->op >= ncclxNumOps)
-    return argError(comm, ncclxInvalidArgument, "%s: invalid reduction op %d", fn, (int)a->op);
+    return commArgError(comm, ncclxInvalidArgument, "%s: invalid reduction op %d", fn, (int)a->op);
   int hasRoot = a->coll == NCCLX_COLL_BROADCAST || a->coll == NCCLX_COLL_REDUCE;
   if (hasRoot && (a->root < 0 || a->root >= comm->nranks))
-    return argError(comm, ncclxInvalidArgument, "%s: root %d is not a rank of this %d-rank communicator",
+    return commArgError(comm, ncclxInvalidArgument, "%s: root %d is not a rank of this %d-rank communicator",
                     fn, a->root, comm->nranks);
   size_t mult = (a->coll == NCCLX_COLL_ALLGATHER || a->coll == NCCLX_COLL_REDUCESCATTER ||
                  a->coll == NCCLX_COLL_ALLTOALL) ? (size_t)comm->nranks : 1;
   NCCLX_CHECK(checkCount(comm, a->count, mult, a->datatype, fn));
   if (a->coll == NCCLX_COLL_ALLTOALLV) {
     if (!a->sendcounts || !a->sdispls || !a->recvcounts || !a->rdispls)
-      return argError(comm, ncclxInvalidArgument, "%s: count and displacement arrays must not be NULL", fn);
+      return commArgError(comm, ncclxInvalidArgument, "%s: count and displacement arrays must not be NULL", fn);
     int anySend = 0, anyRecv = 0;
     for (int r = 0; r < comm->nranks; r++) {
       NCCLX_CHECK(checkCount(comm, a->sendcounts[r] + a->sdispls[r], 1, a->datatype, fn));
@@ -124,7 +91,7 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, const ncclxCollArgs* a
       anyRecv |= a->recvcounts[r] > 0;
     }
     if ((anySend && !a->sendbuff) || (anyRecv && !a->recvbuff))
-      return argError(comm, ncclxInvalidArgument, "%s: %s is NULL but its counts are not all zero", fn,
+      return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL but its counts are not all zero", fn,
                       anySend && !a->sendbuff ? "sendbuff" : "recvbuff");
     return ncclxSuccess;
   }
@@ -132,9 +99,9 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, const ncclxCollArgs* a
   int needSend = !(a->coll == NCCLX_COLL_BROADCAST && comm->rank != a->root);
   int needRecv = !(a->coll == NCCLX_COLL_REDUCE && comm->rank != a->root);
   if (needSend && !a->sendbuff)
-    return argError(comm, ncclxInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, a->count);
+    return commArgError(comm, ncclxInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, a->count);
   if (needRecv && !a->recvbuff)
-    return argError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, a->count);
+    return commArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, a->count);
   return ncclxSuccess;
 }
 
@@ -358,7 +325,7 @@ static ncclxResult_t submit(struct ncclxOp* tmpl) {
 }
 
 static ncclxResult_t submitColl(struct ncclxComm* comm, ncclxStream_t stream, ncclxCollArgs* a) {
-  NCCLX_CHECK(checkCommAndStream(comm, stream, collFuncName(a->coll)));
+  NCCLX_CHECK(commCheckCall(comm, stream, collFuncName(a->coll)));
   NCCLX_CHECK(validateColl(comm, a));
   struct ncclxOp op = {.kind = OP_COLL, .comm = comm, .stream = stream, .coll = *a};
   if (a->coll == NCCLX_COLL_ALLTOALLV) {
@@ -380,13 +347,13 @@ static ncclxResult_t submitColl(struct ncclxComm* comm, ncclxStream_t stream, nc
 static ncclxResult_t submitP2p(opKind kind, void* buf, size_t count, ncclxDataType_t type, int peer,
                                struct ncclxComm* comm, ncclxStream_t stream) {
   const char* fn = kind == OP_SEND ? "ncclxSend" : "ncclxRecv";
-  NCCLX_CHECK(checkCommAndStream(comm, stream, fn));
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
   NCCLX_CHECK(checkType(comm, type, fn));
   NCCLX_CHECK(checkCount(comm, count, 1, type, fn));
   if (peer < 0 || peer >= comm->nranks)
-    return argError(comm, ncclxInvalidArgument, "%s: peer %d is not a rank of this %d-rank communicator",
+    return commArgError(comm, ncclxInvalidArgument, "%s: peer %d is not a rank of this %d-rank communicator",
                     fn, peer, comm->nranks);
-  if (count > 0 && !buf) return argError(comm, ncclxInvalidArgument, "%s: buffer is NULL with count %zu", fn, count);
+  if (count > 0 && !buf) return commArgError(comm, ncclxInvalidArgument, "%s: buffer is NULL with count %zu", fn, count);
   NCCLX_CHECK(checkBuffers(comm, fn, kind == OP_SEND ? buf : NULL, kind == OP_RECV ? buf : NULL));
   struct ncclxOp op = {.kind = kind, .comm = comm, .stream = stream, .buf = buf, .count = count,
                        .type = type, .peer = peer};

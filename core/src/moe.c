@@ -117,29 +117,29 @@ static ncclxResult_t checkHandle(struct ncclxMoe* m, const char* fn) {
 
 static ncclxResult_t validateConfig(struct ncclxComm* comm, const ncclxMoeConfig_t* c) {
   const char* fn = "ncclxMoeCreate";
-  if (!c) return dynArgError(comm, ncclxInvalidArgument, "%s: config is NULL", fn);
+  if (!c) return commArgError(comm, ncclxInvalidArgument, "%s: config is NULL", fn);
   if (c->size != sizeof(ncclxMoeConfig_t))
-    return dynArgError(comm, ncclxInvalidArgument,
+    return commArgError(comm, ncclxInvalidArgument,
                        "%s: config->size is %zu, expected sizeof(ncclxMoeConfig_t) = %zu", fn, c->size,
                        sizeof(ncclxMoeConfig_t));
   if (c->nExperts < 1)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: nExperts %d must be >= 1", fn, c->nExperts);
+    return commArgError(comm, ncclxInvalidArgument, "%s: nExperts %d must be >= 1", fn, c->nExperts);
   if (c->topk < 1 || c->topk > c->nExperts * 64)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: topk %d must be between 1 and 64 * nExperts", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: topk %d must be between 1 and 64 * nExperts", fn,
                        c->topk);
-  if (c->hidden < 1) return dynArgError(comm, ncclxInvalidArgument, "%s: hidden must be >= 1", fn);
+  if (c->hidden < 1) return commArgError(comm, ncclxInvalidArgument, "%s: hidden must be >= 1", fn);
   if (!isFloatType(c->datatype))
-    return dynArgError(
+    return commArgError(
         comm, ncclxInvalidArgument,
         "%s: datatype %d: token rows must be float16, bfloat16, float32 or float64 (combine scales them)", fn,
         (int)c->datatype);
   size_t row = ncclxTypeSize(c->datatype);
   size_t limit = (SIZE_MAX / 4) / row;
   if (c->hidden > limit)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: hidden %zu is too large", fn, c->hidden);
+    return commArgError(comm, ncclxInvalidArgument, "%s: hidden %zu is too large", fn, c->hidden);
   limit /= c->hidden;
   if (c->maxTokens > limit / (size_t)c->topk || c->maxRecvTokens > limit)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: maxTokens %zu / maxRecvTokens %zu are too large", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: maxTokens %zu / maxRecvTokens %zu are too large", fn,
                        c->maxTokens, c->maxRecvTokens);
   return ncclxSuccess;
 }
@@ -148,10 +148,10 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
   const char* fn = "ncclxMoeCreate";
   if (!moe) return ncclxSetError(ncclxInvalidArgument, "%s: moe pointer is NULL", fn);
   *moe = NULL;
-  NCCLX_CHECK(dynCheckCommStream(comm, NULL, fn));
+  NCCLX_CHECK(commCheckCall(comm, NULL, fn));
   NCCLX_CHECK(validateConfig(comm, config));
   struct ncclxMoe* m = calloc(1, sizeof(*m));
-  if (!m) return dynArgError(comm, ncclxSystemError, "%s: out of memory", fn);
+  if (!m) return commArgError(comm, ncclxSystemError, "%s: out of memory", fn);
   m->cfg = *config;
   m->comm = comm;
   m->nranks = comm->nranks;
@@ -185,7 +185,7 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
       !m->recvRow || !m->recvDst || !m->peers || !m->sendPtr || !m->backSegs || !m->backDst || !m->outPtr ||
       !m->accF || !m->accD) {
     moeRelease(m);
-    return dynArgError(comm, ncclxSystemError, "%s: out of memory (staging of %zu rows of %zu bytes)", fn,
+    return commArgError(comm, ncclxSystemError, "%s: out of memory (staging of %zu rows of %zu bytes)", fn,
                        pairs, m->rowBytes);
   }
   INFO(NCCLX_LOG_INIT, "%s: %d experts (local %d..%d), top-%d, hidden %zu %s, staging %zu bytes", fn,
@@ -462,7 +462,7 @@ static void moeTaskRelease(ncclxTask* task) {
 
 static ncclxResult_t moeSubmit(moeTask* tmpl, ncclxStream_t stream) {
   moeTask* t = malloc(sizeof(*t));
-  if (!t) return dynArgError(tmpl->moe->comm, ncclxSystemError, "moe: out of memory queueing an operation");
+  if (!t) return commArgError(tmpl->moe->comm, ncclxSystemError, "moe: out of memory queueing an operation");
   *t = *tmpl;
   t->base.run = moeRun;
   t->base.release = moeTaskRelease;
@@ -476,18 +476,18 @@ API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nT
   const char* fn = "ncclxMoeDispatch";
   NCCLX_CHECK(checkHandle(moe, fn));
   struct ncclxComm* comm = moe->comm;
-  NCCLX_CHECK(dynCheckCommStream(comm, stream, fn));
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
   if (nTokens > moe->cfg.maxTokens)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: nTokens %zu is more than the handle's maxTokens %zu",
+    return commArgError(comm, ncclxInvalidArgument, "%s: nTokens %zu is more than the handle's maxTokens %zu",
                        fn, nTokens, moe->cfg.maxTokens);
   if (nTokens > 0 && (!tokens || !expertIds))
-    return dynArgError(comm, ncclxInvalidArgument, "%s: %s is NULL with nTokens %zu", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL with nTokens %zu", fn,
                        !tokens ? "tokens" : "expertIds", nTokens);
   if (moe->cfg.maxRecvTokens > 0 && !expertIn)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: expertIn is NULL with maxRecvTokens %zu", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: expertIn is NULL with maxRecvTokens %zu", fn,
                        moe->cfg.maxRecvTokens);
   if (moe->nLocal > 0 && !expertCounts)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: expertCounts is NULL but rank %d owns %d experts", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: expertCounts is NULL but rank %d owns %d experts", fn,
                        moe->rank, moe->nLocal);
   moeTask t = {.moe = moe,
                .tokens = tokens,
@@ -506,14 +506,14 @@ API ncclxResult_t ncclxMoeCombine(ncclxMoe_t moe, const void* expertOut, const f
   const char* fn = "ncclxMoeCombine";
   NCCLX_CHECK(checkHandle(moe, fn));
   struct ncclxComm* comm = moe->comm;
-  NCCLX_CHECK(dynCheckCommStream(comm, stream, fn));
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
   if (moe->dispatchCalls == 0)
-    return dynArgError(comm, ncclxInvalidUsage, "%s: no ncclxMoeDispatch was called on this handle", fn);
+    return commArgError(comm, ncclxInvalidUsage, "%s: no ncclxMoeDispatch was called on this handle", fn);
   if (moe->cfg.maxRecvTokens > 0 && !expertOut)
-    return dynArgError(comm, ncclxInvalidArgument, "%s: expertOut is NULL with maxRecvTokens %zu", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: expertOut is NULL with maxRecvTokens %zu", fn,
                        moe->cfg.maxRecvTokens);
   if (moe->lastCallTokens > 0 && (!weights || !out))
-    return dynArgError(comm, ncclxInvalidArgument, "%s: %s is NULL (the dispatch had %zu tokens)", fn,
+    return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL (the dispatch had %zu tokens)", fn,
                        !weights ? "weights" : "out", moe->lastCallTokens);
   moeTask t = {.moe = moe, .isCombine = 1, .expertOut = expertOut, .weights = weights, .out = out};
   return moeSubmit(&t, stream);
