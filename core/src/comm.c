@@ -160,8 +160,12 @@ static uint64_t hashMix(uint64_t h, uint64_t v) {
 }
 
 /* Ranks in different network namespaces count as different hosts (that is how tests
- * emulate a cluster on one machine), so the identity is the hostname plus the namespace. */
+ * emulate a cluster on one machine), so the identity is the hostname plus the namespace.
+ * [core] host_id replaces both: for containers that share a hostname, or to make ranks of
+ * one machine look like several hosts. */
 static uint64_t hostIdentity(const char* hostname) {
+  const char* forced = ncclxConfigGet("core", "host_id");
+  if (forced && *forced) return hashString(0x84222325cbf29ce4ull, forced);
   uint64_t h = hashString(0xcbf29ce484222325ull, hostname);
   char ns[64];
   ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);

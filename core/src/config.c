@@ -145,6 +145,7 @@ static const KnownKey knownKeys[] = {
     {"core", "lazy_connect", KEY_BOOL, 0, 0},
     {"core", "chunk_bytes", KEY_SIZE, 4096, 1LL << 30},
     {"core", "shm", KEY_BOOL, 0, 0},
+    {"core", "host_id", KEY_NAME, 0, 0},
     {"core", "plugin_path", KEY_PATH_LIST, 0, 0},
     {"net", "plugin", KEY_NAME_LIST, 0, 0},
     {"net", "device", KEY_INT, 0, INT_MAX},
