@@ -2,7 +2,8 @@
 # Installs the Debian packages ncclx needs to build and test (idempotent).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libinih-dev openmpi-bin libopenmpi-dev
-      libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libopenblas-dev iproute2 python3)
+      libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev libopenblas-dev iproute2 python3
+      libgloo-dev)  # libgloo-dev: the Gloo side of tools/compare-net (tools/gloo/gloo-bench)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
