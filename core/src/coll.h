@@ -26,8 +26,14 @@ typedef struct {
   size_t chunkBytes; /* pipeline chunk chosen by the tuner (the comm default otherwise) */
 } ncclxCollArgs;
 
-/* Whether algo can run this call (rank count, collective). The tuner's table is masked
- * with this, so a tuner cannot pick an algorithm that does not exist for the call. */
+/* Whether algo can run this call on comm: the collective, the rank count and, for
+ * NCCLX_ALGO_HIERARCHICAL, the host layout (offered only with several hosts, one of them with
+ * several ranks, where it pays off). The tuner's table is masked with this, so a tuner
+ * cannot pick an algorithm that does not exist for the call. */
+int collAlgoSupportedOn(const struct ncclxComm* comm, ncclxCollType_t coll, int algo);
+/* The same without a layout: hierarchical counts as supported (it runs correctly on any
+ * layout, only slower where collAlgoSupportedOn says no). Kept for callers that only know
+ * nranks; prefer collAlgoSupportedOn. */
 int collAlgoSupported(ncclxCollType_t coll, int algo, int nranks);
 /* Dispatch to the algorithm in args->algo. */
 ncclxResult_t collRun(struct ncclxComm* comm, const ncclxCollArgs* args);

@@ -1,6 +1,7 @@
 /* Which algorithms exist for which collective, dispatch, and the names used in logs,
  * profiler events, NCCLX_ALGO and tuner rules files. */
 #include "coll.h"
+#include "coll_hier.h"
 #include "debug.h"
 
 #define API __attribute__((visibility("default")))
@@ -48,8 +49,18 @@ typedef ncclxResult_t (*collFn)(struct ncclxComm* comm, const ncclxCollArgs* a);
 
 /* The implementation of (coll, algo), or NULL. Barrier has a single algorithm
  * (dissemination); it runs whatever implemented algorithm the tuner names, so a barrier
- * never fails for lack of a choice. Hierarchical is reserved (not implemented yet). */
+ * never fails for lack of a choice. */
 static collFn collLookup(ncclxCollType_t coll, int algo, int nranks) {
+  if (algo == NCCLX_ALGO_HIERARCHICAL) {
+    switch (coll) {
+      case NCCLX_COLL_ALLREDUCE: return allreduceHier;
+      case NCCLX_COLL_BROADCAST: return broadcastHier;
+      case NCCLX_COLL_REDUCE: return reduceHier;
+      case NCCLX_COLL_ALLGATHER: return allgatherHier;
+      case NCCLX_COLL_ALLTOALL: return alltoallHier;
+      default: return NULL;
+    }
+  }
   switch (coll) {
     case NCCLX_COLL_ALLREDUCE:
       switch (algo) {
@@ -103,6 +114,11 @@ static collFn collLookup(ncclxCollType_t coll, int algo, int nranks) {
 
 int collAlgoSupported(ncclxCollType_t coll, int algo, int nranks) {
   return nranks >= 1 && collLookup(coll, algo, nranks) != NULL;
+}
+
+int collAlgoSupportedOn(const struct ncclxComm* comm, ncclxCollType_t coll, int algo) {
+  if (algo == NCCLX_ALGO_HIERARCHICAL && !collHierUseful(comm)) return 0;
+  return collAlgoSupported(coll, algo, comm->nranks);
 }
 
 ncclxResult_t collRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
