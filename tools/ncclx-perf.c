@@ -5,7 +5,10 @@
  *
  * Each row is one size: time = max over ranks of the per-rank mean, algbw = size / time,
  * busbw = algbw * the nccl-tests factor of the op, #wrong = elements that differed from the
- * locally computed expectation, summed over ranks. Rank 0 prints. */
+ * locally computed expectation, summed over ranks. Rank 0 prints.
+ *
+ *   ncclx-perf --calibrate -np 2 -o model.conf     cost model constants (perf_calib.h)
+ *   ncclx-perf --tune -np 4 -o my.rules --verify   rules from a sweep, then checked (perf_tune.h) */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,149 +20,14 @@
 #include "perf_args.h"
 #include "perf_data.h"
 #include "perf_launch.h"
-
-typedef struct {
-  const PerfOptions* opt;
-  ncclxComm_t comm;
-  int rank, nranks;
-  void* sendbuf;
-  void* recvbuf;
-  double* samples; /* opt->iters per-op times, in us */
-} PerfCtx;
-
-/* One row's geometry. count is the argument of the call (per-peer or per-rank for the split
- * ops), size the nccl-tests "size". */
-typedef struct {
-  size_t count, size, sendElems, recvElems;
-} PerfGeom;
+#include "perf_ops.h"
+#include "perf_calib.h"
+#include "perf_tune.h"
 
 typedef struct {
   double mean, p50, p99; /* us */
   uint64_t wrong;
 } PerfTiming;
-
-/* "ncclx-perf: <call> failed: <result>: <detail>", then abort the communicator so the other
- * ranks fail fast instead of waiting for their timeout. */
-static void perfFail(const char* call, ncclxResult_t res, ncclxComm_t comm, int rank) {
-  const char* detail = ncclxGetLastError(comm);
-  fprintf(stderr, "ncclx-perf: %.*s failed: %s: %s", (int)strcspn(call, "("), call,
-          ncclxGetErrorString(res), detail && *detail ? detail : "(no detail)");
-  if (rank >= 0) fprintf(stderr, " (rank %d)", rank);
-  fprintf(stderr, "\n");
-  if (comm) ncclxCommAbort(comm);
-  exit(1);
-}
-
-#define PERF_CHECK(ctx, call)                                             \
-  do {                                                                    \
-    ncclxResult_t perfRes_ = (call);                                      \
-    if (perfRes_ != ncclxSuccess) perfFail(#call, perfRes_, (ctx)->comm, (ctx)->rank); \
-  } while (0)
-
-static double perfNowUs(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-static PerfGeom perfGeometry(int op, size_t size, size_t typeSize, int nranks) {
-  PerfGeom g;
-  size_t unit = typeSize * (perfOps[op].perRankSplit ? (size_t)nranks : 1);
-  g.count = size / unit;
-  g.size = g.count * unit;
-  g.sendElems = g.recvElems = g.count;
-  if (op == PERF_ALLGATHER) g.recvElems = g.count * (size_t)nranks;
-  if (op == PERF_REDUCESCATTER) g.sendElems = g.count * (size_t)nranks;
-  if (op == PERF_ALLTOALL) g.sendElems = g.recvElems = g.count * (size_t)nranks;
-  return g;
-}
-
-/* One call of the op. In place follows NCCL: allgather sends from the rank's slot of the
- * output, reducescatter receives into the rank's slot of the input. */
-static void perfIssue(PerfCtx* c, int op, size_t count, int inPlace) {
-  const PerfOptions* o = c->opt;
-  ncclxDataType_t dt = o->type->type;
-  char* recv = c->recvbuf;
-  const char* send = inPlace ? recv : (const char*)c->sendbuf;
-  char* slot = recv + (size_t)c->rank * count * o->type->size;
-  switch (op) {
-    case PERF_ALLREDUCE:
-      PERF_CHECK(c, ncclxAllReduce(send, recv, count, dt, o->redop, c->comm, NULL));
-      break;
-    case PERF_BROADCAST:
-      PERF_CHECK(c, ncclxBroadcast(send, recv, count, dt, o->root, c->comm, NULL));
-      break;
-    case PERF_REDUCE:
-      PERF_CHECK(c, ncclxReduce(send, recv, count, dt, o->redop, o->root, c->comm, NULL));
-      break;
-    case PERF_ALLGATHER:
-      PERF_CHECK(c, ncclxAllGather(inPlace ? slot : send, recv, count, dt, c->comm, NULL));
-      break;
-    case PERF_REDUCESCATTER:
-      PERF_CHECK(c, ncclxReduceScatter(send, inPlace ? slot : recv, count, dt, o->redop,
-                                       c->comm, NULL));
-      break;
-    case PERF_ALLTOALL:
-      PERF_CHECK(c, ncclxAllToAll(send, recv, count, dt, c->comm, NULL));
-      break;
-    case PERF_SENDRECV: {
-      /* Ring exchange: the group lets every rank send and receive without ordering deadlock. */
-      int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
-      PERF_CHECK(c, ncclxGroupStart());
-      PERF_CHECK(c, ncclxSend(send, count, dt, next, c->comm, NULL));
-      PERF_CHECK(c, ncclxRecv(recv, count, dt, prev, c->comm, NULL));
-      PERF_CHECK(c, ncclxGroupEnd());
-      break;
-    }
-  }
-}
-
-/* Fills this rank's input with the pattern; poisons the output first when a check follows,
- * so stale results from an earlier call cannot pass. */
-static void perfPrepare(PerfCtx* c, int op, const PerfGeom* g, int inPlace,
-                        const PerfCheck* chk, int poison) {
-  size_t ts = c->opt->type->size;
-  char* input = inPlace ? c->recvbuf : c->sendbuf;
-  if (poison) memset(c->recvbuf, 0xFF, g->recvElems * ts);
-  if (inPlace && op == PERF_ALLGATHER) input += (size_t)c->rank * g->count * ts;
-  perfFill(input, g->sendElems, c->opt->type, &chk->pat, c->rank, 0);
-}
-
-static uint64_t perfVerify(PerfCtx* c, int op, const PerfGeom* g, int inPlace,
-                           const PerfCheck* chk) {
-  size_t ts = c->opt->type->size, n = g->count;
-  const char* out = c->recvbuf;
-  const char* slot = out + (size_t)c->rank * n * ts;
-  uint64_t wrong = 0;
-  switch (op) {
-    case PERF_ALLREDUCE: return perfWrongReduced(chk, out, n, 0);
-    case PERF_BROADCAST: return perfWrongCopied(chk, out, n, c->opt->root, 0);
-    case PERF_REDUCE: return c->rank == c->opt->root ? perfWrongReduced(chk, out, n, 0) : 0;
-    case PERF_REDUCESCATTER:
-      return perfWrongReduced(chk, inPlace ? slot : out, n, (size_t)c->rank * n);
-    case PERF_SENDRECV:
-      return perfWrongCopied(chk, out, n, (c->rank + c->nranks - 1) % c->nranks, 0);
-    case PERF_ALLGATHER:
-    case PERF_ALLTOALL:
-      /* Block p came from rank p: its own data (allgather) or the block it addressed to us. */
-      for (int p = 0; p < c->nranks; p++)
-        wrong += perfWrongCopied(chk, out + (size_t)p * n * ts, n, p,
-                                 op == PERF_ALLTOALL ? (size_t)c->rank * n : 0);
-      return wrong;
-  }
-  return 0;
-}
-
-static int perfCmpDouble(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted samples. */
-static double perfPercentile(const double* sorted, long n, double q) {
-  long idx = (long)ceil(q * (double)n) - 1;
-  return sorted[idx < 0 ? 0 : (idx >= n ? n - 1 : idx)];
-}
 
 /* Warmup, timed loop, then (with -c 1) a fresh fill, one call and a check. This rank only. */
 static PerfTiming perfMeasure(PerfCtx* c, int op, const PerfGeom* g, int inPlace,
@@ -340,17 +208,24 @@ static int perfRun(const PerfOptions* o, ncclxComm_t comm) {
     return 1;
   }
   if (c.rank == 0) setvbuf(stdout, NULL, _IOLBF, 0);
-  uint64_t wrong = 0;
-  for (int i = 0; i < o->nops; i++) {
-    if (i > 0 && c.rank == 0) printf("\n");
-    wrong += perfRunOp(&c, o->ops[i]);
+  int status = 0;
+  if (o->mode == PERF_MODE_CALIBRATE) status = perfCalibrate(&c);
+  else if (o->mode == PERF_MODE_TUNE) status = perfTune(&c);
+  else if (o->mode == PERF_MODE_VERIFY) status = perfVerifyRules(&c, o->verifyPath);
+  else {
+    uint64_t wrong = 0;
+    for (int i = 0; i < o->nops; i++) {
+      if (i > 0 && c.rank == 0) printf("\n");
+      wrong += perfRunOp(&c, o->ops[i]);
+    }
+    status = wrong ? 3 : 0;
   }
   free(c.samples);
   PERF_CHECK(&c, ncclxMemFree(c.sendbuf));
   PERF_CHECK(&c, ncclxMemFree(c.recvbuf));
   PERF_CHECK(&c, ncclxCommFinalize(comm));
   PERF_CHECK(&c, ncclxCommDestroy(comm));
-  return wrong ? 3 : 0;
+  return status;
 }
 
 typedef struct {
@@ -388,6 +263,16 @@ int main(int argc, char** argv) {
   if (parsed < 0) {
     perfUsage(stderr);
     return 2;
+  }
+  if (opt.mode == PERF_MODE_CALIBRATE && !opt.outPath) opt.outPath = "ncclx-model.conf";
+  if (opt.mode == PERF_MODE_TUNE && !opt.outPath) opt.outPath = "ncclx-tuner.rules";
+  if (opt.mode == PERF_MODE_TUNE || opt.mode == PERF_MODE_VERIFY) {
+    /* The baseline is the core's own model: no tuner plugin and no NCCLX_ALGO on the first
+     * communicator (--verify adds the rules tuner on a second one). */
+    if (getenv("NCCLX_ALGO") && *getenv("NCCLX_ALGO"))
+      fprintf(stderr, "ncclx-perf: NCCLX_ALGO=%s ignored by --tune/--verify\n", getenv("NCCLX_ALGO"));
+    unsetenv("NCCLX_ALGO");
+    setenv("NCCLX_TUNER_PLUGIN", "none", 1);
   }
   if (opt.nprocs > 0) {
     const char* var = perfLauncherSize();

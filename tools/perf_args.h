@@ -65,7 +65,16 @@ typedef struct {
   int root;
   int nprocs;        /* -np: 0 = ranks come from the environment */
   double timeoutSec; /* -T: bound on the whole -np run */
+  int mode;          /* PERF_MODE_* */
+  int verify;        /* --verify: compare a rules file with the default tuner */
+  const char* outPath;    /* -o FILE with --calibrate and --tune */
+  const char* verifyPath; /* --verify FILE, or the --tune output with --tune --verify */
+  double tolerance;       /* --tol: rules/default above 1 + tol is "slower" */
+  unsigned given;         /* PERF_GIVEN_* bits: flags the user set, mode defaults fill the rest */
 } PerfOptions;
+
+enum { PERF_MODE_BENCH, PERF_MODE_CALIBRATE, PERF_MODE_TUNE, PERF_MODE_VERIFY };
+enum { PERF_GIVEN_B = 1, PERF_GIVEN_E = 2, PERF_GIVEN_F = 4, PERF_GIVEN_N = 8, PERF_GIVEN_W = 16 };
 
 static void perfUsage(FILE* f) {
   fprintf(f,
@@ -86,10 +95,22 @@ static void perfUsage(FILE* f) {
           "  -np N     fork N local ranks (rendezvous: ncclxGetUniqueId, or NCCLX_COMM_ID)\n"
           "  -T SEC    with -np: kill the ranks if the run takes longer (default 600)\n"
           "  -h        this help\n"
+          "Model and tuning (docs/tuning.md):\n"
+          "  --calibrate [-o FILE]  measure alpha/beta per transport (send/recv ping-pong) and\n"
+          "            gamma (reduction); write the cost model file for [tuner] model\n"
+          "            (default ncclx-model.conf; sizes -b 8 -e 4M -f 4, -n 30)\n"
+          "  --tune [op] [-o FILE]  time every algorithm of every collective (or of op) at each\n"
+          "            size, median of -n; write rules for [tuner] plugin = rules (default\n"
+          "            ncclx-tuner.rules; sizes -b 8 -e 1M -f 4, -n 10, -w 2)\n"
+          "  --verify FILE  time the rules in FILE against the default tuner, alternately, and\n"
+          "            print the ratio per size (--tune --verify: verify what --tune wrote)\n"
+          "  --tol X   noise level (default 0.10): --verify calls a ratio above 1+X slower;\n"
+          "            --tune writes a rule only where the winner beats the default by > X/2\n"
+          "  In these modes -o names the output file; reductions use sum.\n"
           "Without -np, rank and size come from the launcher (mpirun, srun, torchrun) and\n"
           "NCCLX_COMM_ID=host:port must name the rendezvous address.\n"
           "Exit status: 0 ok, 1 an ncclx call or a rank failed, 2 bad arguments,\n"
-          "3 wrong results.\n");
+          "3 wrong results, 4 (--verify) the rules were slower than 1+tol at some size.\n");
 }
 
 /* Bytes with an optional K/M/G suffix (powers of 1024), at most 2^40. */
@@ -136,6 +157,29 @@ static int perfParseOp(const char* name, PerfOptions* o) {
   return -1;
 }
 
+/* --calibrate, --tune and --verify: their own size range, iterations and ops unless given.
+ * The ops are the collectives (sendrecv is not one), for --tune and --verify. */
+static void perfModeDefaults(PerfOptions* o) {
+  int tune = o->mode != PERF_MODE_CALIBRATE;
+  if (!(o->given & PERF_GIVEN_B)) o->minBytes = 8;
+  if (!(o->given & PERF_GIVEN_E)) o->maxBytes = tune ? 1u << 20 : 4u << 20;
+  if (!(o->given & PERF_GIVEN_F)) o->factor = 4;
+  if (!(o->given & PERF_GIVEN_N)) o->iters = tune ? 10 : 30;
+  if (!(o->given & PERF_GIVEN_W)) o->warmup = tune ? 2 : 5;
+  o->redop = ncclxSum;
+  o->inPlace = 0;
+  if (!tune) {
+    o->nops = PERF_NUM_OPS; /* unused: --calibrate measures send/recv and the reduction */
+    for (int i = 0; i < PERF_NUM_OPS; i++) o->ops[i] = i;
+    return;
+  }
+  if (o->nops == 0 || o->nops == PERF_NUM_OPS) {
+    o->nops = 0;
+    for (int i = 0; i < PERF_NUM_OPS; i++)
+      if (i != PERF_SENDRECV) o->ops[o->nops++] = i;
+  }
+}
+
 #define PERF_ARG_ERR(...)          \
   do {                             \
     fprintf(stderr, "ncclx-perf: "); \
@@ -148,10 +192,39 @@ static int perfParseOp(const char* name, PerfOptions* o) {
 static int perfParseArgs(int argc, char** argv, PerfOptions* o) {
   *o = (PerfOptions){.minBytes = 8, .maxBytes = 64u << 20, .factor = 2, .iters = 20,
                      .warmup = 5, .check = 1, .type = &perfTypes[0], .redop = ncclxSum,
-                     .timeoutSec = 600};
+                     .timeoutSec = 600, .tolerance = 0.10};
+  /* The mode decides what -o and --verify take, wherever they appear. */
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--calibrate") == 0) o->mode = PERF_MODE_CALIBRATE;
+    if (strcmp(argv[i], "--tune") == 0 && o->mode != PERF_MODE_CALIBRATE) o->mode = PERF_MODE_TUNE;
+  }
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
+    if (strcmp(a, "--calibrate") == 0 || strcmp(a, "--tune") == 0) continue;
+    if (strcmp(a, "--verify") == 0) {
+      o->verify = 1;
+      if (o->mode == PERF_MODE_TUNE) continue;
+      if (o->mode == PERF_MODE_CALIBRATE) PERF_ARG_ERR("--verify goes with --tune, not --calibrate");
+      if (i + 1 >= argc) PERF_ARG_ERR("--verify needs a rules file");
+      o->verifyPath = argv[++i];
+      o->mode = PERF_MODE_VERIFY;
+      continue;
+    }
+    if (strcmp(a, "--tol") == 0) {
+      char* end;
+      if (i + 1 >= argc) PERF_ARG_ERR("--tol needs a value");
+      o->tolerance = strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(o->tolerance >= 0) || o->tolerance > 10)
+        PERF_ARG_ERR("--tol: bad tolerance '%s' (0..10, e.g. 0.1 for 10%%)", argv[i]);
+      continue;
+    }
+    if (o->mode != PERF_MODE_BENCH && strcmp(a, "-o") == 0) {
+      if (i + 1 >= argc) PERF_ARG_ERR("-o needs an output file");
+      o->outPath = argv[++i];
+      continue;
+    }
+    if (strncmp(a, "--", 2) == 0) PERF_ARG_ERR("unknown flag '%s'", a);
     if (a[0] != '-') {
       if (o->nops) PERF_ARG_ERR("more than one op given ('%s')", a);
       if (perfParseOp(a, o)) PERF_ARG_ERR("unknown op '%s'", a);
@@ -169,6 +242,14 @@ static int perfParseArgs(int argc, char** argv, PerfOptions* o) {
     else if (i + 1 < argc) val = argv[++i];
     else PERF_ARG_ERR("flag '%s' needs a value", a);
     long v = 0;
+    switch (flag) {
+      case 'b': o->given |= PERF_GIVEN_B; break;
+      case 'e': o->given |= PERF_GIVEN_E; break;
+      case 'f': o->given |= PERF_GIVEN_F; break;
+      case 'n': o->given |= PERF_GIVEN_N; break;
+      case 'w': o->given |= PERF_GIVEN_W; break;
+      default: break;
+    }
     switch (flag) {
       case 'b':
         if (perfParseSize(val, &o->minBytes) || o->minBytes == 0)
@@ -228,6 +309,12 @@ static int perfParseArgs(int argc, char** argv, PerfOptions* o) {
       }
     }
   }
+  if (o->mode == PERF_MODE_CALIBRATE && o->nops) PERF_ARG_ERR("--calibrate takes no op");
+  if (o->mode >= PERF_MODE_TUNE && o->nops == 1 && o->ops[0] == PERF_SENDRECV)
+    PERF_ARG_ERR("sendrecv has no algorithms to tune; give a collective or none (all)");
+  if (o->mode != PERF_MODE_BENCH) perfModeDefaults(o);
+  if (o->mode == PERF_MODE_TUNE && o->verify && !o->outPath) o->outPath = "ncclx-tuner.rules";
+  if (o->mode == PERF_MODE_TUNE && o->verify) o->verifyPath = o->outPath;
   if (!o->nops) PERF_ARG_ERR("no op given");
   if (o->minBytes > o->maxBytes)
     PERF_ARG_ERR("-b %zu is larger than -e %zu", o->minBytes, o->maxBytes);

@@ -29,6 +29,7 @@ static const char* perfExitMeaning(int code) {
     case 1: return "an ncclx call failed";
     case 2: return "bad arguments";
     case 3: return "wrong results";
+    case 4: return "--verify: the rules were slower";
     default: return "unexpected status";
   }
 }
@@ -38,7 +39,8 @@ static int perfReportChild(int rank, int status) {
   if (WIFEXITED(status)) {
     int code = WEXITSTATUS(status);
     if (code == 0) return 0;
-    if (code == 3) return code; /* rank 0's table already says FAILED: no line per rank */
+    /* rank 0's output already says FAILED or SLOWER: no line per rank */
+    if (code == 3 || code == 4) return code;
     fprintf(stderr, "ncclx-perf: rank %d exited with status %d (%s)\n", rank, code,
             perfExitMeaning(code));
     return code;

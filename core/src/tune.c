@@ -1,23 +1,21 @@
-/* Algorithm choice: an alpha-beta cost model fills the table, a tuner plugin may adjust
- * it, NCCLX_ALGO may force an entry, and anything the call cannot run stays excluded. */
+/* Algorithm choice: an alpha-beta cost model (tune_model.c) fills the table, a tuner plugin
+ * may adjust it, NCCLX_ALGO may force an entry, and anything the call cannot run stays
+ * excluded. Also the hooks ncclx-perf --calibrate/--tune use (see tune.h). */
 #include "tune.h"
 
-#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "coll_hier.h"
 #include "debug.h"
 #include "plugin_loader.h"
-
-/* Model constants for the built-in transports (microseconds, microseconds per byte).
- * Rough, measured on the development machines over loopback TCP; the tuning issue makes
- * them measurable per cluster. */
-static const double kAlphaUs = 12.0;         /* per message step */
-static const double kBetaUsPerByte = 1.0 / 2500.0; /* wire, ~2.5 GB/s */
-static const double kGammaUsPerByte = 1.0 / 6000.0; /* reduction, ~6 GB/s */
+#include "reduce.h"
+#include "transport.h"
+#include "tune_model.h"
 
 /* ---------------- NCCLX_ALGO override ---------------- */
 
@@ -76,64 +74,114 @@ size_t tuneCallBytes(const struct ncclxComm* comm, const ncclxCollArgs* a) {
   }
 }
 
-static double log2ceil(int p) {
-  int l = 0;
-  while ((1 << l) < p) l++;
-  return (double)l;
+/* ---------------- ncclx-perf hooks ---------------- */
+
+/* Forced algorithm per collective for --tune (-1: none). Read at every call, so one atomic
+ * load; it wins over NCCLX_ALGO and the tuner, and bypasses the choice cache. */
+static atomic_int toolForced[NCCLX_NUM_COLLS] = {
+    ATOMIC_VAR_INIT(-1), ATOMIC_VAR_INIT(-1), ATOMIC_VAR_INIT(-1), ATOMIC_VAR_INIT(-1),
+    ATOMIC_VAR_INIT(-1), ATOMIC_VAR_INIT(-1), ATOMIC_VAR_INIT(-1), ATOMIC_VAR_INIT(-1)};
+static atomic_int toolForcedAny;
+
+#define TOOL_API __attribute__((visibility("default")))
+
+TOOL_API int ncclxTuneToolAlgoSupported(ncclxComm_t comm, int coll, int algo) {
+  if (!comm || commCheckHandle(comm) != ncclxSuccess || coll < 0 || coll >= NCCLX_NUM_COLLS ||
+      algo < 0 || algo >= NCCLX_NUM_ALGOS)
+    return 0;
+  return collAlgoSupportedOn(comm, (ncclxCollType_t)coll, algo);
 }
 
-/* Estimated microseconds of algo for this call; < 0 when it does not apply. */
-static double modelCost(ncclxCollType_t coll, int algo, int p, double S, double chunk) {
-  double a = kAlphaUs, b = kBetaUsPerByte, g = kGammaUsPerByte;
-  double L = log2ceil(p), frac = (double)(p - 1) / p;
-  int pow2 = (p & (p - 1)) == 0;
-  double fold = pow2 ? 0 : 2 * (a + S * b); /* non-power-of-two pre/post step */
-  double pipeline = ceil(S / chunk) * a * 0.25;
-  if (p == 1) return algo == NCCLX_ALGO_RING || coll == NCCLX_COLL_BARRIER ? 0.0 : 1.0;
-  switch (coll) {
-    case NCCLX_COLL_ALLREDUCE:
-      if (algo == NCCLX_ALGO_RING) return 2 * (p - 1) * a + 2 * frac * S * b + frac * S * g + pipeline;
-      if (algo == NCCLX_ALGO_RECURSIVE_DOUBLING) return L * (a + S * (b + g)) + fold;
-      if (algo == NCCLX_ALGO_RABENSEIFNER) return 2 * L * a + 2 * frac * S * b + frac * S * g + fold;
-      if (algo == NCCLX_ALGO_TREE) return 2 * L * (a + S * b) + L * S * g;
-      break;
-    case NCCLX_COLL_BROADCAST:
-      if (algo == NCCLX_ALGO_TREE) return L * (a + S * b);
-      if (algo == NCCLX_ALGO_RING) return (p - 1) * a + S * b + pipeline;
-      break;
-    case NCCLX_COLL_REDUCE:
-      if (algo == NCCLX_ALGO_TREE) return L * (a + S * (b + g));
-      break;
-    case NCCLX_COLL_ALLGATHER:
-      if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * b;
-      if (algo == NCCLX_ALGO_RECURSIVE_DOUBLING) return L * a + frac * S * b;
-      if (algo == NCCLX_ALGO_BRUCK) return L * a + frac * S * b + 0.3 * S * b;
-      break;
-    case NCCLX_COLL_REDUCESCATTER:
-      if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * (b + g);
-      if (algo == NCCLX_ALGO_PAIRWISE) return 0.5 * (p - 1) * a + frac * S * (b + g) * 1.2;
-      break;
-    case NCCLX_COLL_ALLTOALL:
-    case NCCLX_COLL_ALLTOALLV:
-      if (algo == NCCLX_ALGO_PAIRWISE) return (p - 1) * a + frac * S * b;
-      if (algo == NCCLX_ALGO_LINEAR) return 0.5 * (p - 1) * a + frac * S * b * 1.1;
-      if (algo == NCCLX_ALGO_BRUCK && coll == NCCLX_COLL_ALLTOALL) return L * a + 0.5 * L * S * b + S * b * 0.3;
-      break;
-    case NCCLX_COLL_BARRIER:
-      return L * a;
-    default:
-      break;
+TOOL_API int ncclxTuneToolForceAlgo(int coll, int algo) {
+  if (coll < 0 || coll >= NCCLX_NUM_COLLS || algo < -1 || algo >= NCCLX_NUM_ALGOS) return -1;
+  atomic_store(&toolForced[coll], algo);
+  int any = 0;
+  for (int c = 0; c < NCCLX_NUM_COLLS; c++) any |= atomic_load(&toolForced[c]) >= 0;
+  atomic_store(&toolForcedAny, any);
+  return 0;
+}
+
+TOOL_API int ncclxTuneToolCommTopo(ncclxComm_t comm, int* nhosts, int* modelTransport,
+                                   int* peerTransport, const char** tunerName) {
+  if (!comm || commCheckHandle(comm) != ncclxSuccess) return -1;
+  if (nhosts) *nhosts = comm->nhosts;
+  if (modelTransport) *modelTransport = tuneModelTransport(comm);
+  if (tunerName) *tunerName = comm->tuner ? comm->tuner->name : NULL;
+  if (peerTransport)
+    for (int p = 0; p < comm->nranks; p++)
+      peerTransport[p] = p == comm->rank ? NCCLX_TP_SHM : transportFor(comm, p);
+  return 0;
+}
+
+TOOL_API void ncclxTuneToolReduce(void* dst, const void* src, size_t count, ncclxDataType_t type) {
+  ncclxReduceInPlace(dst, src, count, type, ncclxSum);
+}
+
+/* Fills the cost table of one call: NCCLX_TUNER_IGNORE everywhere except the algorithms
+ * that can run it on comm (simple protocol, the only one implemented), listed in valid[]. */
+static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll,
+                              size_t callBytes, float* table, int* valid, int* nvalid) {
+  const TuneModel* m = tuneModelGet();
+  int tp = tuneModelTransport(comm);
+  double bytes = (double)callBytes;
+  for (int i = 0; i < NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS; i++) table[i] = NCCLX_TUNER_IGNORE;
+  *nvalid = 0;
+  for (int a = 0; a < NCCLX_NUM_ALGOS; a++) {
+    if (!collAlgoSupportedOn(comm, coll, a)) continue;
+    double c;
+    if (a == NCCLX_ALGO_HIERARCHICAL)
+      /* Intra-host phases over shm, inter-host ones over the network, whatever tp says. */
+      c = collHierModelCost(comm, coll, bytes, m->link[NCCLX_TP_SHM].alphaUs,
+                            m->link[NCCLX_TP_SHM].betaUsPerByte, m->link[NCCLX_TP_NET].alphaUs,
+                            m->link[NCCLX_TP_NET].betaUsPerByte, m->gammaUsPerByte);
+    else
+      c = tuneModelCost(m, tp, coll, a, comm->nranks, bytes, (double)comm->chunkBytes);
+    if (c < 0) continue;
+    table[a * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE] = (float)c;
+    valid[(*nvalid)++] = a * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE;
   }
-  return -1.0;
 }
 
-static int pickCheapest(const float* table, int* algo, int* proto) {
+/* With a tuner plugin the core cannot cache its final choice (a tuner may answer
+ * differently each time), but its own table only depends on the call's shape and the comm's
+ * layout. Calls repeat shapes, so a few tables per thread save recomputing the model on
+ * every call; the key holds everything the table depends on, so entries never go stale. */
+typedef struct {
+  int used, coll, nranks, nhosts, perHost, tp;
+  size_t bytes, chunk;
+  unsigned modelGen;
+  int nvalid;
+  int valid[NCCLX_NUM_ALGOS];
+  float table[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
+} TableCacheEntry;
+static _Thread_local TableCacheEntry tableCache[4];
+
+static void modelTable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
+                       float* table, int* valid, int* nvalid) {
+  int tp = tuneModelTransport(comm);
+  unsigned gen = tuneModelGeneration();
+  TableCacheEntry* e = &tableCache[((callBytes * 0x9e3779b97f4a7c15ull) >> 62) ^ ((unsigned)coll & 3u)];
+  if (!(e->used && e->coll == (int)coll && e->bytes == callBytes && e->nranks == comm->nranks &&
+        e->nhosts == comm->nhosts && e->perHost == comm->ranksPerHostMax && e->tp == tp &&
+        e->chunk == comm->chunkBytes && e->modelGen == gen)) {
+    modelTableCompute(comm, coll, callBytes, e->table, e->valid, &e->nvalid);
+    e->used = 1, e->coll = (int)coll, e->bytes = callBytes, e->nranks = comm->nranks;
+    e->nhosts = comm->nhosts, e->perHost = comm->ranksPerHostMax, e->tp = tp;
+    e->chunk = comm->chunkBytes, e->modelGen = gen;
+  }
+  memcpy(table, e->table, sizeof(e->table));
+  memcpy(valid, e->valid, (size_t)e->nvalid * sizeof(int));
+  *nvalid = e->nvalid;
+}
+
+/* The cheapest non-negative entry among valid[]; the first one on a tie. */
+static int pickAmong(const float* table, const int* valid, int nvalid, int* algo, int* proto) {
   float best = -1.0f;
-  for (int a = 0; a < NCCLX_NUM_ALGOS; a++)
-    for (int p = 0; p < NCCLX_NUM_PROTOS; p++) {
-      float c = table[a * NCCLX_NUM_PROTOS + p];
-      if (c >= 0.0f && (best < 0.0f || c < best)) best = c, *algo = a, *proto = p;
-    }
+  for (int i = 0; i < nvalid; i++) {
+    float c = table[valid[i]];
+    if (c >= 0.0f && (best < 0.0f || c < best))
+      best = c, *algo = valid[i] / NCCLX_NUM_PROTOS, *proto = valid[i] % NCCLX_NUM_PROTOS;
+  }
   return best >= 0.0f;
 }
 
@@ -141,6 +189,7 @@ static int pickCheapest(const float* table, int* algo, int* proto) {
 
 void tuneCommInit(struct ncclxComm* comm) {
   pthread_once(&overrideOnce, parseOverride);
+  tuneModelGet(); /* a bad calibration file is reported at init, not at the first call */
   const ncclxTuner_t* tuner = NULL;
   if (ncclxTunerAcquire(&tuner) != ncclxSuccess || !tuner) return;
   char section[96];
@@ -170,10 +219,24 @@ void tuneCommFinalize(struct ncclxComm* comm) {
   ncclxTunerRelease();
 }
 
+/* The pipeline chunk of a call: the tuner's (or the comm's) within [4 KiB, transport max]. */
+static size_t clampChunk(const struct ncclxComm* comm, size_t chunk) {
+  if (chunk < 4096) chunk = 4096;
+  return chunk > comm->maxMessageBytes ? comm->maxMessageBytes : chunk;
+}
+
 void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   pthread_once(&overrideOnce, parseOverride);
-  args->chunkBytes = comm->chunkBytes;
+  args->chunkBytes = clampChunk(comm, comm->chunkBytes);
   size_t callBytes = tuneCallBytes(comm, args);
+  int toolAlgo = atomic_load_explicit(&toolForcedAny, memory_order_relaxed)
+                     ? atomic_load(&toolForced[args->coll])
+                     : -1;
+  if (toolAlgo >= 0 && collAlgoSupportedOn(comm, args->coll, toolAlgo)) {
+    args->algo = toolAlgo;
+    args->proto = NCCLX_PROTO_SIMPLE;
+    return;
+  }
   /* Slot 0 of a fresh comm is {coll 0, bytes 0, algo 0}: mark with algo+1 to tell "empty". */
   unsigned slot = (unsigned)((callBytes * 0x9e3779b97f4a7c15ull) >> 60) ^ (unsigned)args->coll;
   slot %= sizeof(comm->tuneCache) / sizeof(comm->tuneCache[0]);
@@ -183,36 +246,33 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
     args->proto = comm->tuneCache[slot].proto;
     return;
   }
+  /* The entries this call can run, and their modelled cost: only these can be picked. */
   float table[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
-  double bytes = (double)callBytes;
-  for (int a = 0; a < NCCLX_NUM_ALGOS; a++)
-    for (int p = 0; p < NCCLX_NUM_PROTOS; p++) {
-      double c = -1.0;
-      if (p == NCCLX_PROTO_SIMPLE && collAlgoSupported(args->coll, a, comm->nranks))
-        c = modelCost(args->coll, a, comm->nranks, bytes, (double)comm->chunkBytes);
-      table[a * NCCLX_NUM_PROTOS + p] = c < 0 ? NCCLX_TUNER_IGNORE : (float)c;
-    }
+  int valid[NCCLX_NUM_ALGOS], nvalid = 0;
+  modelTable(comm, args->coll, callBytes, table, valid, &nvalid);
   int algo = -1, proto = NCCLX_PROTO_SIMPLE;
-  pickCheapest(table, &algo, &proto);
+  pickAmong(table, valid, nvalid, &algo, &proto);
   const int defaultAlgo = algo, defaultProto = proto;
 
   if (comm->tuner) {
     float mine[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
     memcpy(mine, table, sizeof(mine));
-    ncclxTunerQuery_v1_t q = {.coll = args->coll, .bytes = (size_t)bytes, .datatype = args->datatype,
+    ncclxTunerQuery_v1_t q = {.coll = args->coll, .bytes = callBytes, .datatype = args->datatype,
                               .op = args->op, .nranks = comm->nranks, .nhosts = comm->nhosts};
     size_t chunk = comm->chunkBytes;
     int channels = 1;
     ncclxResult_t res = comm->tuner->getCollInfo(comm->tunerCtx, &q, mine, &chunk, &channels);
-    if (res == ncclxSuccess && chunk != 0) args->chunkBytes = chunk;
-    /* An entry the core ruled out stays out whatever the tuner wrote. */
-    for (int i = 0; i < NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS; i++)
-      if (table[i] < 0) mine[i] = NCCLX_TUNER_IGNORE;
+    if (res == ncclxSuccess && chunk != 0) args->chunkBytes = clampChunk(comm, chunk);
+    /* Picking among the core's valid entries only: whatever the tuner wrote elsewhere, an
+     * entry the core ruled out stays out. */
     int a = -1, p = -1;
-    if (res == ncclxSuccess && pickCheapest(mine, &a, &p)) algo = a, proto = p;
+    if (res == ncclxSuccess && pickAmong(mine, valid, nvalid, &a, &p)) algo = a, proto = p;
     else if (res != ncclxSuccess)
       TRACE(NCCLX_LOG_TUNING, "tuner '%s' returned %s; default choice kept", comm->tuner->name,
             ncclxGetErrorString(res));
+    else
+      TRACE(NCCLX_LOG_TUNING, "tuner '%s' left no runnable entry for %s of %zu bytes; default "
+            "choice kept", comm->tuner->name, ncclxCollName(args->coll), callBytes);
   }
   int forced = overrideAlgo[args->coll];
   if (forced >= 0) {
@@ -224,8 +284,6 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   if (algo < 0) algo = defaultAlgo, proto = defaultProto;
   args->algo = algo;
   args->proto = proto;
-  if (args->chunkBytes < 4096) args->chunkBytes = 4096;
-  if (args->chunkBytes > comm->maxMessageBytes) args->chunkBytes = comm->maxMessageBytes;
   if (!comm->tuner) {
     comm->tuneCache[slot].coll = (int)args->coll;
     comm->tuneCache[slot].bytes = callBytes;

@@ -32,6 +32,15 @@ static ncclxResult_t rulesInit(void** ctx, const ncclxTunerCommInfo_v1_t* info,
 
 static void logMatch(const RulesCtx* c, Rule* r, const ncclxTunerQuery_v1_t* q, int proto) {
   const ncclxPluginEnv_t* env = &c->env;
+  if (atomic_load_explicit(&r->logged, memory_order_relaxed)) {
+    /* Every later match: straight to the core's logger, which checks the level before it
+     * formats anything, so a call with TRACE off costs no formatting. */
+    env->log(NCCLX_LOG_TRACE, NCCLX_LOG_TUNING, __FILE__, __LINE__,
+             "tuner rules: rule %s matches %s %zu bytes nranks %d nhosts %d: %s/%s", r->where,
+             rulesCollName(q->coll), q->bytes, q->nranks, q->nhosts, rulesAlgoName(r->algo),
+             proto < 0 ? "(cannot run: default kept)" : rulesProtoName(proto));
+    return;
+  }
   char what[160];
   snprintf(what, sizeof(what), "%s %zu bytes nranks %d nhosts %d", rulesCollName(q->coll),
            q->bytes, q->nranks, q->nhosts);

@@ -1,0 +1,234 @@
+/* The default tuner's cost model: constants per transport, the calibration file, and the
+ * alpha-beta-gamma estimate of every algorithm. */
+#include "tune_model.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "debug.h"
+
+/* Built-in constants: `ncclx-perf --calibrate -np 2 -n 100..200` on the development machine
+ * (2 cores, Debian 12, loaded: load average ~30 from parallel builds; 2026-11-22, medians of
+ * 4 runs, see docs/tuning.md). Loopback TCP alpha is inflated by that load. A cluster
+ * should calibrate its own and point [tuner] model at the file. */
+#define BUILTIN_SHM_ALPHA_US 7.5
+#define BUILTIN_SHM_BETA_US_PER_BYTE 9.5e-5  /* ~10.5 GB/s per pair */
+#define BUILTIN_NET_ALPHA_US 145.0
+#define BUILTIN_NET_BETA_US_PER_BYTE 1.0e-3  /* loopback TCP, ~1 GB/s */
+#define BUILTIN_GAMMA_US_PER_BYTE 6.4e-5     /* the core's float sum, ~15.6 GB/s */
+
+void tuneModelDefaults(TuneModel* m) {
+  memset(m, 0, sizeof(*m));
+  m->link[NCCLX_TP_SHM] = (TuneLink){BUILTIN_SHM_ALPHA_US, BUILTIN_SHM_BETA_US_PER_BYTE};
+  m->link[NCCLX_TP_NET] = (TuneLink){BUILTIN_NET_ALPHA_US, BUILTIN_NET_BETA_US_PER_BYTE};
+  m->gammaUsPerByte = BUILTIN_GAMMA_US_PER_BYTE;
+  snprintf(m->source, sizeof(m->source), "built-in");
+}
+
+/* ---------------- the calibration file ---------------- */
+
+typedef struct {
+  const char* key;
+  double max; /* sanity bound: larger is certainly a unit mistake */
+} ModelKey;
+
+/* Index order is the order of modelSlot(). */
+static const ModelKey modelKeys[] = {
+    {"shm.alpha_us", 1e6},     {"shm.beta_us_per_byte", 1.0}, {"net.alpha_us", 1e6},
+    {"net.beta_us_per_byte", 1.0}, {"gamma_us_per_byte", 1.0},
+};
+#define NUM_MODEL_KEYS (sizeof(modelKeys) / sizeof(modelKeys[0]))
+
+static double* modelSlot(TuneModel* m, size_t i) {
+  switch (i) {
+    case 0: return &m->link[NCCLX_TP_SHM].alphaUs;
+    case 1: return &m->link[NCCLX_TP_SHM].betaUsPerByte;
+    case 2: return &m->link[NCCLX_TP_NET].alphaUs;
+    case 3: return &m->link[NCCLX_TP_NET].betaUsPerByte;
+    default: return &m->gammaUsPerByte;
+  }
+}
+
+static char* trim(char* s) {
+  while (isspace((unsigned char)*s)) s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+  return s;
+}
+
+/* One "key = value" line into m; 0, or -1 after a WARN naming path:line. */
+static int parseLine(char* body, const char* path, long lineNo, TuneModel* m, int* seen) {
+  char* eq = strchr(body, '=');
+  if (!eq) {
+    WARN("tuner model: %s:%ld: '%.100s' is not 'key = value'", path, lineNo, body);
+    return -1;
+  }
+  *eq = '\0';
+  char* key = trim(body);
+  char* value = trim(eq + 1);
+  size_t k = 0;
+  while (k < NUM_MODEL_KEYS && strcasecmp(key, modelKeys[k].key) != 0) k++;
+  if (k == NUM_MODEL_KEYS) {
+    WARN("tuner model: %s:%ld: unknown key '%.100s' (known: shm.alpha_us, shm.beta_us_per_byte, "
+         "net.alpha_us, net.beta_us_per_byte, gamma_us_per_byte)", path, lineNo, key);
+    return -1;
+  }
+  if (seen[k]) {
+    WARN("tuner model: %s:%ld: '%s' is set twice (first on line %d)", path, lineNo,
+         modelKeys[k].key, seen[k]);
+    return -1;
+  }
+  errno = 0;
+  char* end = NULL;
+  double v = strtod(value, &end);
+  if (!*value || errno || *end != '\0' || !isfinite(v) || v < 0 || v > modelKeys[k].max) {
+    WARN("tuner model: %s:%ld: %s = '%.100s' is not a number in [0, %g]", path, lineNo,
+         modelKeys[k].key, value, modelKeys[k].max);
+    return -1;
+  }
+  seen[k] = (int)lineNo;
+  *modelSlot(m, k) = v;
+  return 0;
+}
+
+int tuneModelRead(const char* path, TuneModel* m) {
+  tuneModelDefaults(m);
+  FILE* f = fopen(path, "r");
+  if (!f) {
+    WARN("tuner model: cannot open '%s': %s; using the built-in constants", path, strerror(errno));
+    return -1;
+  }
+  TuneModel read = *m;
+  int seen[NUM_MODEL_KEYS] = {0}, errors = 0, keys = 0;
+  char* line = NULL;
+  size_t size = 0;
+  for (long lineNo = 1; getline(&line, &size, f) >= 0; lineNo++) {
+    char* hash = strpbrk(line, "#;");
+    if (hash) *hash = '\0';
+    char* body = trim(line);
+    if (!*body) continue;
+    if (lineNo > 1000000) break; /* not a calibration file: the errors below say so */
+    if (parseLine(body, path, lineNo, &read, seen) != 0) errors++;
+    else keys++;
+  }
+  if (ferror(f)) {
+    WARN("tuner model: %s: read error: %s", path, strerror(errno));
+    errors++;
+  }
+  free(line);
+  fclose(f);
+  if (errors || keys == 0) {
+    WARN("tuner model: %s: %s; using the built-in constants", path,
+         errors ? "invalid (see above)" : "no constants in the file");
+    return -1;
+  }
+  *m = read;
+  snprintf(m->source, sizeof(m->source), "%s", path);
+  return 0;
+}
+
+/* ---------------- the process model ---------------- */
+
+static pthread_mutex_t modelLock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int modelLoaded; /* set after processModel is complete: calls read it lock-free */
+static TuneModel processModel;
+static atomic_uint modelGeneration; /* bumped by tuneModelReset */
+
+unsigned tuneModelGeneration(void) { return atomic_load_explicit(&modelGeneration, memory_order_relaxed); }
+
+const TuneModel* tuneModelGet(void) {
+  if (atomic_load_explicit(&modelLoaded, memory_order_acquire)) return &processModel;
+  pthread_mutex_lock(&modelLock);
+  if (!atomic_load(&modelLoaded)) {
+    const char* path = ncclxConfigGet("tuner", "model");
+    while (path && isspace((unsigned char)*path)) path++;
+    if (path && *path) tuneModelRead(path, &processModel);
+    else tuneModelDefaults(&processModel);
+    const TuneModel* m = &processModel;
+    INFO(NCCLX_LOG_TUNING | NCCLX_LOG_INIT,
+         "tuner model (%s): shm alpha %.3g us beta %.3g us/B, net alpha %.3g us beta %.3g us/B, "
+         "gamma %.3g us/B", m->source, m->link[NCCLX_TP_SHM].alphaUs,
+         m->link[NCCLX_TP_SHM].betaUsPerByte, m->link[NCCLX_TP_NET].alphaUs,
+         m->link[NCCLX_TP_NET].betaUsPerByte, m->gammaUsPerByte);
+    atomic_store_explicit(&modelLoaded, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&modelLock);
+  return &processModel;
+}
+
+void tuneModelReset(void) {
+  pthread_mutex_lock(&modelLock);
+  atomic_store(&modelLoaded, 0);
+  atomic_fetch_add(&modelGeneration, 1);
+  pthread_mutex_unlock(&modelLock);
+}
+
+int tuneModelTransport(const struct ncclxComm* comm) {
+  /* A rank whose own shm setup failed is still costed as shm: rare, and only a speed matter. */
+  return comm->nhosts == 1 && comm->tp[NCCLX_TP_SHM].net ? NCCLX_TP_SHM : NCCLX_TP_NET;
+}
+
+/* ---------------- the estimates ---------------- */
+
+static double log2ceil(int p) {
+  int l = 0;
+  while ((1 << l) < p) l++;
+  return (double)l;
+}
+
+double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo, int p,
+                     double S, double chunk) {
+  double a = m->link[tp].alphaUs, b = m->link[tp].betaUsPerByte, g = m->gammaUsPerByte;
+  double L = log2ceil(p), frac = (double)(p - 1) / p;
+  int pow2 = (p & (p - 1)) == 0;
+  double fold = pow2 ? 0 : 2 * (a + S * b); /* non-power-of-two pre/post step */
+  /* Pipelined algorithms pay a fraction of alpha per extra chunk. */
+  double pipeline = ceil(S / chunk) * a * 0.25;
+  if (p == 1) return algo == NCCLX_ALGO_RING || coll == NCCLX_COLL_BARRIER ? 0.0 : 1.0;
+  /* Hierarchical: collHierModelCost (coll_hier.c), called by tune.c with both links. */
+  if (algo == NCCLX_ALGO_HIERARCHICAL) return -1.0;
+  switch (coll) {
+    case NCCLX_COLL_ALLREDUCE:
+      if (algo == NCCLX_ALGO_RING) return 2 * (p - 1) * a + 2 * frac * S * b + frac * S * g + pipeline;
+      if (algo == NCCLX_ALGO_RECURSIVE_DOUBLING) return L * (a + S * (b + g)) + fold;
+      if (algo == NCCLX_ALGO_RABENSEIFNER) return 2 * L * a + 2 * frac * S * b + frac * S * g + fold;
+      if (algo == NCCLX_ALGO_TREE) return 2 * L * (a + S * b) + L * S * g;
+      break;
+    case NCCLX_COLL_BROADCAST:
+      if (algo == NCCLX_ALGO_TREE) return L * (a + S * b);
+      if (algo == NCCLX_ALGO_RING) return (p - 1) * a + S * b + pipeline;
+      break;
+    case NCCLX_COLL_REDUCE:
+      if (algo == NCCLX_ALGO_TREE) return L * (a + S * (b + g));
+      break;
+    case NCCLX_COLL_ALLGATHER:
+      if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * b;
+      if (algo == NCCLX_ALGO_RECURSIVE_DOUBLING) return L * a + frac * S * b;
+      if (algo == NCCLX_ALGO_BRUCK) return L * a + frac * S * b + 0.3 * S * b;
+      break;
+    case NCCLX_COLL_REDUCESCATTER:
+      if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * (b + g);
+      if (algo == NCCLX_ALGO_PAIRWISE) return 0.5 * (p - 1) * a + frac * S * (b + g) * 1.2;
+      break;
+    case NCCLX_COLL_ALLTOALL:
+    case NCCLX_COLL_ALLTOALLV:
+      if (algo == NCCLX_ALGO_PAIRWISE) return (p - 1) * a + frac * S * b;
+      if (algo == NCCLX_ALGO_LINEAR) return 0.5 * (p - 1) * a + frac * S * b * 1.1;
+      if (algo == NCCLX_ALGO_BRUCK && coll == NCCLX_COLL_ALLTOALL)
+        return L * a + 0.5 * L * S * b + S * b * 0.3;
+      break;
+    case NCCLX_COLL_BARRIER:
+      return L * a;
+    default:
+      break;
+  }
+  return -1.0;
+}
