@@ -6,6 +6,7 @@
  * lower rank's value is always the left operand). Avg is a Sum finished once on the final
  * value. Temporary space comes from the comm's scratch buffer in pieces of chunkBytes, so
  * memory stays bounded whatever the count. */
+#include <stdint.h>
 #include <string.h>
 
 #include "coll.h"
@@ -51,9 +52,24 @@ static void copyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
+/* Bytes per message of a receive-and-reduce whose staging area is tmpElems elements: the
+ * area holds XFER_MAX_INFLIGHT messages. Both sides compute the same value. */
+static size_t reduceChunkBytes(size_t tmpElems, size_t typeSize) {
+  size_t e = tmpElems / XFER_MAX_INFLIGHT;
+  return (e ? e : 1) * typeSize;
+}
+
+static int overlaps(const void* a, size_t alen, const void* b, size_t blen) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return alen && blen && x < y + blen && y < x + alen;
+}
+
 /* Send sendCount elements to sendPeer while receiving recvCount elements from recvPeer and
- * reducing them into dst, in pieces of tmpElems (the peer runs the mirror call, so the
- * pieces match). peerFirst puts the incoming value on the left of op. */
+ * reducing them into dst. The receive is staged in tmp (tmpElems elements, so it stays in
+ * cache) and each piece is reduced as soon as it arrives, while the next ones are in
+ * flight. peerFirst puts the incoming value on the left of op. When src and dst overlap
+ * (recursive doubling sends the vector it reduces into), piece k is reduced only after
+ * piece k has been sent. The peer runs the mirror call with the same tmpElems. */
 static ncclxResult_t exchangeReduce(struct ncclxComm* comm, const ncclxCollArgs* a, int sendPeer,
                                     const char* src, size_t sendCount, int recvPeer, char* dst,
                                     size_t recvCount, int peerFirst, char* tmp,
@@ -61,28 +77,29 @@ static ncclxResult_t exchangeReduce(struct ncclxComm* comm, const ncclxCollArgs*
   size_t sz = ncclxTypeSize(a->datatype);
   if (sendPeer < 0) sendCount = 0;
   if (recvPeer < 0) recvCount = 0;
-  size_t total = sendCount > recvCount ? sendCount : recvCount;
-  for (size_t off = 0; off < total; off += tmpElems) {
-    size_t ns = off < sendCount ? sendCount - off : 0;
-    size_t nr = off < recvCount ? recvCount - off : 0;
-    if (ns > tmpElems) ns = tmpElems;
-    if (nr > tmpElems) nr = tmpElems;
-    NCCLX_CHECK(sendRecv(comm, sendPeer, src + off * sz, ns * sz, recvPeer, tmp, nr * sz));
-    if (nr == 0) continue;
-    char* d = dst + off * sz;
-    if (peerFirst)
-      ncclxReduce2(d, tmp, d, nr, a->datatype, a->op);
-    else
-      ncclxReduce2(d, d, tmp, nr, a->datatype, a->op);
+  size_t chunk = reduceChunkBytes(tmpElems, sz);
+  ncclxXfer x[2];
+  int n = 0;
+  memset(x, 0, sizeof(x));
+  if (sendCount)
+    x[n++] = (ncclxXfer){.peer = sendPeer, .isSend = 1, .buf = (void*)src,
+                         .bytes = sendCount * sz, .chunk = chunk};
+  if (recvCount) {
+    int gate = sendCount && overlaps(src, sendCount * sz, dst, recvCount * sz) ? n : 0;
+    x[n++] = (ncclxXfer){.peer = recvPeer, .isSend = 0, .buf = tmp, .bytes = recvCount * sz,
+                         .chunk = chunk, .redDst = dst, .redOther = dst,
+                         .redType = a->datatype, .redOp = a->op, .redPeerFirst = peerFirst,
+                         .redAfter = gate};
   }
-  return ncclxSuccess;
+  return n ? xferRun(comm, x, n) : ncclxSuccess;
 }
 
 /* ---------------- ring ---------------- */
 
 /* One ring pass over seg[0, count): reduce-scatter, Avg on the owned block, allgather. */
 static ncclxResult_t ringSegment(struct ncclxComm* comm, const ncclxCollArgs* a,
-                                 const char* send, char* recv, size_t count, char* tmp) {
+                                 const char* send, char* recv, size_t count, char* tmp,
+                                 size_t tmpElems) {
   int n = comm->nranks, r = comm->rank;
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   size_t sz = ncclxTypeSize(a->datatype);
@@ -91,10 +108,25 @@ static ncclxResult_t ringSegment(struct ncclxComm* comm, const ncclxCollArgs* a,
   for (int s = 0; s < n - 1; s++) {
     int sb = (r - s + n) % n, rb = (r - s - 1 + n) % n;
     const char* sp = (s == 0 ? send : recv) + blockOff(count, n, sb) * sz;
-    size_t rlen = blockLen(count, n, rb);
-    NCCLX_CHECK(sendRecv(comm, next, sp, blockLen(count, n, sb) * sz, prev, tmp, rlen * sz));
+    size_t rlen = blockLen(count, n, rb), slen = blockLen(count, n, sb);
     size_t ro = blockOff(count, n, rb) * sz;
-    ncclxReduce2(recv + ro, send + ro, tmp, rlen, a->datatype, a->op);
+    if (rlen == 0) { /* nothing to reduce, but the send half still goes */
+      NCCLX_CHECK(sendRecv(comm, next, sp, slen * sz, -1, NULL, 0));
+      continue;
+    }
+    /* Received pieces are reduced as they arrive (block rb into recv = own + incoming);
+     * the block sent (sb) is another one, so no ordering between the two. */
+    size_t chunk = reduceChunkBytes(tmpElems, sz);
+    ncclxXfer x[2];
+    int nx = 0;
+    memset(x, 0, sizeof(x));
+    if (slen)
+      x[nx++] = (ncclxXfer){.peer = next, .isSend = 1, .buf = (void*)sp, .bytes = slen * sz,
+                            .chunk = chunk};
+    x[nx++] = (ncclxXfer){.peer = prev, .isSend = 0, .buf = tmp, .bytes = rlen * sz,
+                          .chunk = chunk, .redDst = recv + ro, .redOther = send + ro,
+                          .redType = a->datatype, .redOp = a->op};
+    NCCLX_CHECK(xferRun(comm, x, nx));
   }
   int own = (r + 1) % n;
   if (a->op == ncclxAvg)
@@ -126,7 +158,7 @@ ncclxResult_t allreduceRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
   NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
   for (size_t off = 0; off < a->count; off += segMax) {
     size_t len = a->count - off < segMax ? a->count - off : segMax;
-    NCCLX_CHECK(ringSegment(comm, a, send + off * sz, recv + off * sz, len, tmp));
+    NCCLX_CHECK(ringSegment(comm, a, send + off * sz, recv + off * sz, len, tmp, piece));
   }
   return ncclxSuccess;
 }

@@ -1,9 +1,9 @@
 /* Broadcast (binomial tree, pipelined chain) and reduce (binomial tree).
  *
  * Trees are built on root-relative ranks (vrank = rank - root mod n), so any root works.
- * Large buffers move in pieces of chunkBytes; a broadcast step receives piece j from the
- * parent while forwarding piece j-1 to the children in the same xferRun, which pipelines
- * the tree levels. */
+ * Large buffers move in pieces of chunkBytes; a broadcast rank receives from its parent and
+ * forwards to its children in one xferRun, each piece forwarded as soon as it has arrived
+ * (xfer sendAfter), which pipelines the tree levels. */
 #include <string.h>
 
 #include "coll.h"
@@ -27,29 +27,20 @@ static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* 
 
 static int realRank(int vrank, int root, int n) { return (vrank + root) % n; }
 
-/* Pipelined one-to-many copy: receive the buffer from parent (unless < 0) into buf in pieces
- * and forward each piece to the children. src is what this rank forwards from (the root's
- * sendbuff, everyone else's buf). */
+/* Pipelined one-to-many copy: receive the buffer from parent (unless < 0) into buf and
+ * forward it to the children, all in one xferRun: each chunk goes on to the children as soon
+ * as it has arrived, while later chunks are still coming. src is what this rank forwards
+ * from (the root's sendbuff, everyone else's buf). */
 static ncclxResult_t pipelineForward(struct ncclxComm* comm, int parent, const int* children,
                                      int nchildren, const char* src, char* buf, size_t bytes) {
-  size_t piece = pieceBytes(comm);
-  size_t npieces = (bytes + piece - 1) / piece;
   ncclxXfer x[MAX_TREE_CHILDREN + 1];
-  for (size_t j = 0; j <= npieces; j++) {
-    int nx = 0;
-    if (parent >= 0 && j < npieces) {
-      size_t off = j * piece, len = bytes - off < piece ? bytes - off : piece;
-      x[nx++] = (ncclxXfer){.peer = parent, .isSend = 0, .buf = buf + off, .bytes = len};
-    }
-    if (j >= 1) {
-      size_t off = (j - 1) * piece, len = bytes - off < piece ? bytes - off : piece;
-      for (int c = 0; c < nchildren; c++)
-        x[nx++] = (ncclxXfer){.peer = children[c], .isSend = 1, .buf = (void*)(src + off),
-                              .bytes = len};
-    }
-    if (nx) NCCLX_CHECK(xferRun(comm, x, nx));
-  }
-  return ncclxSuccess;
+  int nx = 0;
+  memset(x, 0, sizeof(x));
+  if (parent >= 0) x[nx++] = (ncclxXfer){.peer = parent, .isSend = 0, .buf = buf, .bytes = bytes};
+  for (int c = 0; c < nchildren; c++)
+    x[nx++] = (ncclxXfer){.peer = children[c], .isSend = 1, .buf = (void*)src, .bytes = bytes,
+                          .sendAfter = parent >= 0 ? 1 : 0};
+  return nx ? xferRun(comm, x, nx) : ncclxSuccess;
 }
 
 ncclxResult_t broadcastTree(struct ncclxComm* comm, const ncclxCollArgs* a) {

@@ -58,18 +58,26 @@ ncclxResult_t reducescatterRing(struct ncclxComm* comm, const ncclxCollArgs* a) 
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   size_t piece = pieceElems(comm, sz);
   char* scratch;
-  NCCLX_CHECK(getScratch(comm, 2 * piece * sz, &scratch));
+  NCCLX_CHECK(getScratch(comm, 3 * piece * sz, &scratch));
   char* bufs[2] = {scratch, scratch + piece * sz};
+  char* stage = scratch + 2 * piece * sz;
+  /* Incoming pieces are reduced as they arrive, staged in messages of a quarter piece. */
+  size_t chunk = (piece / XFER_MAX_INFLIGHT ? piece / XFER_MAX_INFLIGHT : 1) * sz;
   for (size_t off = 0; off < rc; off += piece) {
     size_t len = rc - off < piece ? rc - off : piece, bytes = len * sz;
 #define BLOCK(b) (send + ((size_t)(b) * rc + off) * sz)
     for (int s = 0; s < n - 1; s++) {
       int sb = (r - s - 1 + n) % n, rb = (r - s - 2 + 2 * n) % n;
       const char* sp = s == 0 ? BLOCK(sb) : bufs[(s - 1) % 2];
-      char* rp = bufs[s % 2];
-      NCCLX_CHECK(sendRecv(comm, next, sp, bytes, prev, rp, bytes));
-      char* dst = s == n - 2 ? recv + off * sz : rp; /* the last one is block r: done */
-      ncclxReduce2(dst, BLOCK(rb), rp, len, a->datatype, a->op);
+      char* dst = s == n - 2 ? recv + off * sz : bufs[s % 2]; /* the last one is block r */
+      ncclxXfer x[2];
+      memset(x, 0, sizeof(x));
+      x[0] = (ncclxXfer){.peer = next, .isSend = 1, .buf = (void*)sp, .bytes = bytes,
+                         .chunk = chunk};
+      x[1] = (ncclxXfer){.peer = prev, .isSend = 0, .buf = stage, .bytes = bytes,
+                         .chunk = chunk, .redDst = dst, .redOther = BLOCK(rb),
+                         .redType = a->datatype, .redOp = a->op};
+      NCCLX_CHECK(xferRun(comm, x, 2));
     }
 #undef BLOCK
   }

@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,9 @@
 #include "debug.h"
 #include "peers.h"
 #include "prof.h"
+#include "reduce.h"
 #include "transport.h"
 
-#define XFER_MAX_INFLIGHT 4 /* chunks in flight per transfer (<= size of ncclxXfer.reqs) */
 #define XFER_STACK_STATES 64
 
 struct xferState {
@@ -28,7 +29,7 @@ struct xferState {
 
 static void stepStart(ncclxXfer* x, struct xferState* s, int i) {
   struct ncclxComm* comm = s->comm;
-  if (!profEnabled(comm, NCCLX_PROFILE_STEP) || x->peer == comm->rank) return;
+  if (!profEnabled(comm, NCCLX_PROFILE_STEP | NCCLX_PROFILE_NET) || x->peer == comm->rank) return;
   ncclxProfilerEventDescr_v1_t d;
   memset(&d, 0, sizeof(d));
   d.type = NCCLX_PROFILE_STEP;
@@ -89,7 +90,14 @@ static ncclxResult_t xferSelf(ncclxXfer* x, struct xferState* s, int n) {
                           "%s #%llu: rank %d sends %zu bytes to itself but receives %zu",
                           opName(s[i].comm), (unsigned long long)s[i].comm->curOpSeq,
                           s[i].comm->rank, x[i].bytes, x[j].bytes);
-    if (x[i].bytes && x[j].buf != x[i].buf) memmove(x[j].buf, x[i].buf, x[i].bytes);
+    if (x[j].redDst) {
+      size_t sz = ncclxTypeSize(x[j].redType);
+      const void* other = x[j].redOther;
+      ncclxReduce2(x[j].redDst, x[j].redPeerFirst ? x[i].buf : other,
+                   x[j].redPeerFirst ? other : x[i].buf, x[i].bytes / sz, x[j].redType, x[j].redOp);
+    } else if (x[i].bytes && x[j].buf != x[i].buf) {
+      memmove(x[j].buf, x[i].buf, x[i].bytes);
+    }
     s[i].msgsPosted = s[i].msgsDone = s[i].msgsTotal;
     s[j].msgsPosted = s[j].msgsDone = s[j].msgsTotal;
     x[i].doneBytes = x[i].bytes;
@@ -106,6 +114,14 @@ static ncclxResult_t xferSelf(ncclxXfer* x, struct xferState* s, int n) {
 
 /* Connect what this step needs, per communicator. */
 static ncclxResult_t xferConnect(ncclxXfer* x, struct xferState* s, int n) {
+  /* Fast path, no allocation: every connection exists (they are never removed while the
+   * communicator lives). */
+  int missing = 0;
+  for (int i = 0; i < n && !missing; i++) {
+    const struct ncclxPeerConn* c = &s[i].comm->conns[x[i].peer];
+    missing = x[i].peer != s[i].comm->rank && (x[i].isSend ? c->sendComm : c->recvComm) == NULL;
+  }
+  if (!missing) return ncclxSuccess;
   int* peers = malloc(sizeof(int) * (size_t)(2 * n + 2));
   if (!peers) return ncclxSetError(ncclxSystemError, "out of memory");
   ncclxResult_t res = ncclxSuccess;
@@ -125,43 +141,6 @@ static ncclxResult_t xferConnect(ncclxXfer* x, struct xferState* s, int n) {
   return res;
 }
 
-static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* progress) {
-  struct ncclxComm* comm = s[i].comm;
-  struct ncclxPeerConn* c = &comm->conns[x[i].peer];
-  const ncclxNet_t* net = c->net;
-  while (s[i].msgsPosted < s[i].msgsTotal && x[i].inflight < XFER_MAX_INFLIGHT) {
-    int p = s[i].prev;
-    if (p >= 0 && s[p].msgsPosted < s[p].msgsTotal) return ncclxSuccess; /* keep order */
-    size_t len = msgBytes(&x[i], &s[i], s[i].msgsPosted);
-    char* ptr = (char*)x[i].buf + s[i].msgsPosted * s[i].chunk;
-    void* req = NULL;
-    ncclxResult_t res;
-    if (x[i].isSend) {
-      res = net->isend(c->sendComm, ptr, len, comm->rank, NULL, NULL, &req);
-    } else {
-      void* data = ptr;
-      int tag = x[i].peer;
-      res = net->irecv(c->recvComm, 1, &data, &len, &tag, NULL, NULL, &req);
-    }
-    if (res != ncclxSuccess) {
-      char who[128];
-      return commFail(comm, res, "%s #%llu: network '%s' refused to %s %zu bytes %s %s",
-                      opName(comm), (unsigned long long)comm->curOpSeq, net->name,
-                      x[i].isSend ? "send" : "receive", len, x[i].isSend ? "to" : "from",
-                      commDescribeRank(comm, x[i].peer, who, sizeof(who)));
-    }
-    if (!req) return ncclxSuccess; /* transport busy: retry later */
-    int slot = (x[i].head + x[i].inflight) % XFER_MAX_INFLIGHT;
-    x[i].reqs[slot] = req;
-    x[i].reqBytes[slot] = len;
-    x[i].inflight++;
-    __atomic_store_n(&x[i].postedBytes, x[i].postedBytes + len, __ATOMIC_RELAXED);
-    if (s[i].msgsPosted++ == 0) stepState(&s[i], NCCLX_PROFILE_STATE_POSTED, 0);
-    *progress = 1;
-  }
-  return ncclxSuccess;
-}
-
 /* Wait up to 300 ms for an abort notice from another rank. */
 static int xferAwaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
   double deadline = nowSec() + 0.3;
@@ -172,16 +151,99 @@ static int xferAwaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
   return 0;
 }
 
+static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+  struct ncclxComm* comm = s[i].comm;
+  struct ncclxPeerConn* c = &comm->conns[x[i].peer];
+  const ncclxNet_t* net = c->net;
+  while (s[i].msgsPosted < s[i].msgsTotal && x[i].inflight < XFER_MAX_INFLIGHT) {
+    int p = s[i].prev;
+    if (p >= 0 && s[p].msgsPosted < s[p].msgsTotal) return ncclxSuccess; /* keep order */
+    int g = x[i].sendAfter - 1; /* forward only what has arrived */
+    if (g >= 0 && s[g].msgsDone <= s[i].msgsPosted && s[g].msgsDone < s[g].msgsTotal)
+      return ncclxSuccess;
+    size_t len = msgBytes(&x[i], &s[i], s[i].msgsPosted);
+    int slot = (x[i].head + x[i].inflight) % XFER_MAX_INFLIGHT;
+    char* ptr = x[i].redDst ? (char*)x[i].buf + (size_t)slot * s[i].chunk
+                            : (char*)x[i].buf + s[i].msgsPosted * s[i].chunk;
+    void* req = NULL;
+    ncclxResult_t res;
+    /* The STEP event (or NULL) is the parent of the plugin's own NET events. */
+    void* phandle = s[i].event;
+    if (x[i].isSend) {
+      res = net->isend(c->sendComm, ptr, len, comm->rank, NULL, phandle, &req);
+    } else {
+      void* data = ptr;
+      int tag = x[i].peer;
+      res = net->irecv(c->recvComm, 1, &data, &len, &tag, NULL, &phandle, &req);
+    }
+    if (res != ncclxSuccess) {
+      char who[128], notice[1024];
+      /* As in xferTest: a peer that closed may only be the messenger of another rank's
+       * failure, whose abort notice names the culprit. */
+      if (xferAwaitNotice(comm, notice, sizeof(notice)))
+        return commSetError(comm, ncclxRemoteError, "%s", notice);
+      return commFail(comm, res, "%s #%llu: network '%s' refused to %s %zu bytes %s %s",
+                      opName(comm), (unsigned long long)comm->curOpSeq, net->name,
+                      x[i].isSend ? "send" : "receive", len, x[i].isSend ? "to" : "from",
+                      commDescribeRank(comm, x[i].peer, who, sizeof(who)));
+    }
+    if (!req) return ncclxSuccess; /* transport busy: retry later */
+    x[i].reqs[slot] = req;
+    x[i].reqBytes[slot] = len;
+    x[i].inflight++;
+    __atomic_store_n(&x[i].postedBytes, x[i].postedBytes + len, __ATOMIC_RELAXED);
+    if (s[i].msgsPosted++ == 0) stepState(&s[i], NCCLX_PROFILE_STATE_POSTED, 0);
+    *progress = 1;
+  }
+  return ncclxSuccess;
+}
+
+/* Receive-and-reduce: message msg (in staging slot `slot`) has arrived. */
+static void reduceArrived(ncclxXfer* x, const struct xferState* s, int slot, size_t msg,
+                          size_t bytes) {
+  size_t off = msg * s->chunk, sz = ncclxTypeSize(x->redType);
+  const char* in = (const char*)x->buf + (size_t)slot * s->chunk;
+  const char* other = (const char*)x->redOther + off;
+  ncclxReduce2((char*)x->redDst + off, x->redPeerFirst ? in : other, x->redPeerFirst ? other : in,
+               bytes / sz, x->redType, x->redOp);
+}
+
+
+/* Message at the head slot of x[i] is complete. */
+static void xferRetire(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+  int slot = x[i].head;
+  x[i].head = (x[i].head + 1) % XFER_MAX_INFLIGHT;
+  x[i].inflight--;
+  s[i].msgsDone++;
+  *progress = 1;
+  __atomic_store_n(&x[i].doneBytes, x[i].doneBytes + x[i].reqBytes[slot], __ATOMIC_RELAXED);
+  stepState(&s[i], NCCLX_PROFILE_STATE_PROGRESS, x[i].doneBytes);
+  if (s[i].msgsDone == s[i].msgsTotal) stepStop(&s[i]);
+}
+
+/* Receive-and-reduce: reduce the arrived messages in order, each once the gating send (if
+ * any) has sent the same chunk of the buffer we are about to overwrite. */
+static void xferReduceArrived(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+  int g = x[i].redAfter - 1;
+  while (x[i].arrived > 0) {
+    size_t msg = s[i].msgsDone;
+    if (g >= 0 && s[g].msgsDone <= msg && s[g].msgsDone < s[g].msgsTotal) return;
+    reduceArrived(&x[i], &s[i], x[i].head, msg, x[i].reqBytes[x[i].head]);
+    x[i].arrived--;
+    xferRetire(x, s, i, progress);
+  }
+}
+
 static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* progress) {
   struct ncclxComm* comm = s[i].comm;
-  while (x[i].inflight > 0) {
-    int slot = x[i].head;
+  while (x[i].inflight > x[i].arrived) {
+    int slot = (x[i].head + x[i].arrived) % XFER_MAX_INFLIGHT;
     int done = 0;
     size_t got = 0;
     ncclxResult_t res = comm->conns[x[i].peer].net->test(x[i].reqs[slot], &done, &got);
     char who[128];
     if (res != ncclxSuccess) {
-      x[i].inflight = 0; /* the transport freed the failed request */
+      x[i].inflight = x[i].arrived = 0; /* the transport freed the failed request */
       /* The peer may only be the messenger: when another rank failed first, it has sent an
        * abort notice naming the culprit, which we prefer to blaming the closed link. */
       char notice[1024];
@@ -194,21 +256,22 @@ static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* pro
                       (unsigned long long)comm->curOpSeq, x[i].isSend ? "sent" : "received",
                       x[i].doneBytes, x[i].bytes);
     }
-    if (!done) return ncclxSuccess;
-    x[i].head = (x[i].head + 1) % XFER_MAX_INFLIGHT;
-    x[i].inflight--;
-    s[i].msgsDone++;
-    *progress = 1;
-    if (!x[i].isSend && got != x[i].reqBytes[slot])
+    if (!done) break;
+    if (!x[i].isSend && got != x[i].reqBytes[slot]) {
+      x[i].inflight--; /* released by the transport; keeps the dump honest */
       return commFail(comm, ncclxInvalidUsage,
                       "%s #%llu: %s sent %zu bytes where %zu were expected "
                       "(counts differ between ranks?)",
                       opName(comm), (unsigned long long)comm->curOpSeq,
                       commDescribeRank(comm, x[i].peer, who, sizeof(who)), got, x[i].reqBytes[slot]);
-    __atomic_store_n(&x[i].doneBytes, x[i].doneBytes + x[i].reqBytes[slot], __ATOMIC_RELAXED);
-    stepState(&s[i], NCCLX_PROFILE_STATE_PROGRESS, x[i].doneBytes);
-    if (s[i].msgsDone == s[i].msgsTotal) stepStop(&s[i]);
+    }
+    *progress = 1;
+    if (x[i].redDst)
+      x[i].arrived++; /* stays in its staging slot until reduced */
+    else
+      xferRetire(x, s, i, progress);
   }
+  if (x[i].redDst) xferReduceArrived(x, s, i, progress);
   return ncclxSuccess;
 }
 
@@ -259,6 +322,31 @@ static ncclxResult_t xferCheckStuck(ncclxXfer* x, struct xferState* s, int n,
                   comm->timeoutSec, opName(comm), (unsigned long long)comm->curOpSeq, list);
 }
 
+/* Waiting: spin, then yield, then sleep in poll().
+ * Spinning pays while the peer we wait for runs on another core. It is pure loss when the
+ * peer waits for the core we hold: with more ranks on this host than CPUs (8 ranks on 2
+ * cores) we yield after a few polls, as Open MPI does when oversubscribed (measured: 2x
+ * faster at 4 ranks on 2 cores than 200 polls). An adaptive budget for ranks <= CPUs was
+ * tried and dropped: under outside load, yields make every wait look long, so it decayed
+ * to a few polls and 2-rank latency tripled. */
+#define XFER_SPIN_OVERSUBSCRIBED 4u
+#define XFER_SPIN_POLLS 200u  /* ~5 us at ~25 ns per idle poll */
+#define XFER_YIELDS 200u      /* then sleep in poll(), but not before: */
+#define XFER_YIELD_SEC 200e-6 /* ... this long without progress */
+
+static unsigned spinPolls(const struct ncclxComm* comm) {
+  static atomic_int cpus; /* CPUs we may run on, counted once */
+  int c = atomic_load_explicit(&cpus, memory_order_relaxed);
+  if (c == 0) {
+    cpu_set_t set;
+    c = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (c <= 0) c = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (c <= 0) c = 1;
+    atomic_store_explicit(&cpus, c, memory_order_relaxed);
+  }
+  return comm->ranksPerHostMax > c ? XFER_SPIN_OVERSUBSCRIBED : XFER_SPIN_POLLS;
+}
+
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
   if (n <= 0) return ncclxSuccess;
   struct xferState stackStates[XFER_STACK_STATES];
@@ -266,7 +354,7 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
   if (!s) return commFail(comm, ncclxSystemError, "out of memory for %d transfers", n);
   for (int i = 0; i < n; i++) {
     s[i].comm = x[i].comm ? x[i].comm : comm;
-    s[i].chunk = s[i].comm->chunkBytes;
+    s[i].chunk = x[i].chunk ? x[i].chunk : s[i].comm->chunkBytes;
     s[i].msgsTotal = x[i].bytes == 0 ? 1 : (x[i].bytes + s[i].chunk - 1) / s[i].chunk;
     s[i].msgsPosted = s[i].msgsDone = 0;
     s[i].prev = -1;
@@ -277,7 +365,7 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
         break;
       }
     x[i].postedBytes = x[i].doneBytes = 0;
-    x[i].inflight = x[i].head = 0;
+    x[i].inflight = x[i].head = x[i].arrived = 0;
   }
   struct ncclxXferLive live = {x, n};
   pthread_mutex_lock(&comm->liveLock);
@@ -289,7 +377,7 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
     if (s[i].msgsDone != s[i].msgsTotal) stepStart(&x[i], &s[i], i);
 
   double lastProgress = nowSec();
-  unsigned idle = 0;
+  unsigned idle = 0, spins = spinPolls(comm);
   while (res == ncclxSuccess) {
     int progress = 0, pending = 0;
     for (int i = 0; i < n && res == ncclxSuccess; i++) {
@@ -304,9 +392,12 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
       continue;
     }
     /* Spin briefly (lowest latency when cores are free), then yield, then sleep in poll(). */
-    if (++idle < 200) continue;
-    if (idle == 200) lastProgress = nowSec(); /* progress stopped a few microseconds ago */
-    if (idle < 400) {
+    if (++idle < spins) continue;
+    if (idle == spins) lastProgress = nowSec(); /* progress stopped a few microseconds ago */
+    /* Sleep only after XFER_YIELD_SEC too: the shared-memory transport arms its doorbell
+     * after ~50 us of idle test() calls, and a sleep before that waits for the poll
+     * timeout instead of the peer's ring. */
+    if (idle < spins + XFER_YIELDS || nowSec() - lastProgress < XFER_YIELD_SEC) {
       sched_yield();
       continue;
     }

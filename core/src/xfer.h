@@ -6,8 +6,14 @@
  * (peer, direction) pair, transfers are issued in array order; the other side must list its
  * matching transfers in the same order.
  *
- * Waiting spins briefly, then yields, then sleeps in poll() on the transports' descriptors,
- * so 8 ranks on 2 cores do not burn scheduler slices. A transfer fails with
+ * Transfers can also be linked: a receive can reduce each arriving chunk into a buffer
+ * (redDst, optionally after a send of that buffer's chunk has gone: redAfter), and a send can
+ * forward each chunk of a receive once it has arrived (sendAfter). This overlaps receiving
+ * with reducing or forwarding inside one step instead of one step per piece.
+ *
+ * Waiting spins briefly (a few polls only when this host has more ranks than CPUs), then
+ * yields, then sleeps in poll() on the transports' descriptors, so 8 ranks on 2 cores do
+ * not burn scheduler slices. A transfer fails with
  * ncclxRemoteError when its peer closes the connection or sends a wrong size, and every
  * transfer fails when there is no progress for comm->timeoutSec, when comm->abortFlag is set
  * or when another rank broadcasts an abort. Failures are recorded on the comm with commFail,
@@ -25,13 +31,35 @@ typedef struct {
   int isSend;
   void* buf;              /* send: source (not modified); recv: destination */
   size_t bytes;
+  /* Optional (zero: defaults). Both sides of a transfer must use the same chunk. */
+  size_t chunk;           /* bytes per message; 0 = comm->chunkBytes */
+  /* Receive-and-reduce (a receive with redDst set): each chunk lands in buf, a staging area
+   * of XFER_MAX_INFLIGHT chunks (so it stays in cache), and is reduced into redDst as soon
+   * as it arrives, while later chunks are in flight: redDst[i] = redOther[i] op in[i]
+   * (in[i] op redOther[i] with redPeerFirst). redDst may equal redOther. chunk must be a
+   * multiple of the type size. */
+  void* redDst;
+  const void* redOther;
+  ncclxDataType_t redType;
+  ncclxRedOp_t redOp;
+  int redPeerFirst;
+  /* 1 + index, in the same xferRun array, of a send that reads redDst: chunk k is reduced
+   * only after that send's chunk k has gone (0: no such send). Both use the same chunk. */
+  int redAfter;
+  /* Send only: 1 + index of a receive in the same xferRun array; message k of this send is
+   * posted once message k of that receive has arrived (a pipelined forward, as in a
+   * broadcast tree: both use the same chunk). 0: none. */
+  int sendAfter;
   /* Private to xfer.c. */
   size_t postedBytes, doneBytes;
-  int inflight;
+  int inflight; /* messages posted and not retired (includes arrived ones) */
+  int arrived;  /* receive-and-reduce: arrived, waiting to be reduced */
   int head;
   void* reqs[8];
   size_t reqBytes[8];
 } ncclxXfer;
+
+#define XFER_MAX_INFLIGHT 4 /* messages in flight per transfer (<= size of ncclxXfer.reqs) */
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 
