@@ -12,19 +12,27 @@
  *
  *   dynamic  router, ncclxMoeDispatch, experts, ncclxMoeCombine all queued on the stream,
  *            then one ncclxStreamSynchronize at the end of the step.
- *   sync     router on the stream, ncclxStreamSynchronize (the bubble), pack on the host,
- *            ncclxAllToAll of the per-expert counts, displacements on the host,
- *            ncclxAllToAllv of the rows, regroup them by expert (a copy; skipped when a rank
- *            owns one expert), experts, the reverse copy, ncclxAllToAllv back, weighted sum;
- *            every call on stream NULL (the calling thread: ncclx's lowest-latency mode).
- *            Both paths hand the experts the same layout (rows grouped by expert).
+ *   sync     router on the stream, ncclxStreamSynchronize (the bubble: the host reads the
+ *            routing only after it), pack on the host, ncclxAllToAll of the per-expert counts,
+ *            displacements on the host, ncclxAllToAllv of the rows, regroup them by expert (a
+ *            copy; skipped when a rank owns one expert), experts, the reverse copy,
+ *            ncclxAllToAllv back, weighted sum; every call on stream NULL (the calling thread:
+ *            ncclx's lowest-latency mode, the best host-synchronized path on a CPU).
+ *   syncst   the same synchronization as a GPU program does it: router and pack on the
+ *            stream, ncclxStreamSynchronize, the count ncclxAllToAll and the displacements on
+ *            the host, then the data path queued on the stream (ncclxAllToAllv, regroup,
+ *            experts, ncclxAllToAllv back, weighted sum) behind which the next layer's
+ *            router and pack queue before the next synchronize.
+ *            All paths hand the experts the same layout (rows grouped by expert).
  *
  * A step runs -l MoE layers one after the other (each layer's output is the next one's input),
  * as a decode step runs every layer of the model: the dynamic path queues them all and waits
- * once, the synchronized path waits in every layer. Iterations alternate dynamic, sync,
- * dynamic, ... after a barrier each; the latency of a step is the max over ranks, and the
- * table shows medians. The routing changes every step and every layer.
- * Both paths' outputs are compared (#wrong: elements that differ by more than 1%). */
+ * once, the synchronized paths wait in every layer. Iterations alternate dynamic, sync,
+ * syncst, dynamic, ... after a barrier each; the latency of a step is the max over ranks, and
+ * the table shows medians and best/dyn, the faster synchronized path over the dynamic one
+ * (> 1: the dynamic path is faster; 1.67 is "40% lower latency"). The routing changes every
+ * step and every layer. The outputs are compared (#wrong: elements of either synchronized
+ * path that differ from the dynamic one by more than 1%). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -138,6 +146,8 @@ typedef struct Rank {
   size_t* expertCounts;
   uint16_t* actDyn[2]; /* layer outputs, ping-pong */
   uint16_t* actSync[2];
+  uint16_t* actSyncSt[2];
+  size_t localRows; /* syncst: rows this rank's experts received */
   /* host-synchronized path */
   uint16_t* srcMajor; /* rows as alltoallv delivers them: by source, then expert */
   uint16_t* stage;
@@ -145,13 +155,16 @@ typedef struct Rank {
   uint64_t *expCount, *expStart, *cntSend, *cntRecv;
   size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
   float* acc;
-  LayerCtx* ctx; /* layers entries */
+  LayerCtx* ctx;   /* layers entries */
+  LayerCtx* ctxSt; /* syncst: layers entries */
 } Rank;
 
 struct LayerCtx {
   struct Rank* r;
   int layer;
 };
+
+static const uint16_t* layerInput(const Rank* r, uint16_t* const* act, int layer);
 
 /* Top-k distinct experts; skewed: most picks land on experts 0 and 1 (both on rank 0). */
 static void hostRouter(void* u) {
@@ -214,14 +227,10 @@ static void regroupRows(Rank* r, int forward) {
     }
 }
 
-static void layerSync(Rank* r, int layer) {
+/* Pack rows by expert (= by destination rank) into stage; the count exchange's send side. */
+static void packRows(Rank* r, const uint16_t* in) {
   int n = r->nranks, E = r->E, K = r->K;
   size_t H = (size_t)r->H, pairs = (size_t)r->T * (size_t)K;
-  const uint16_t* in = layerInput(r, r->actSync, layer);
-  uint16_t* out = r->actSync[layer % 2];
-  CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRouter, &r->ctx[layer]));
-  CK(r->rank, ncclxStreamSynchronize(r->stream));
-  /* Pack rows by expert (= by destination rank). */
   memset(r->expCount, 0, sizeof(uint64_t) * (size_t)E);
   for (size_t i = 0; i < pairs; i++) r->expCount[r->ids[i]]++;
   uint64_t row = 0;
@@ -233,15 +242,19 @@ static void layerSync(Rank* r, int layer) {
     r->pairRow[i] = at;
     memcpy(r->stage + at * H, in + (i / (size_t)K) * H, r->rowBytes);
   }
-  /* Count exchange: to rank d, the counts of d's experts (padded to maxLocal). */
+  /* To rank d, the counts of d's experts (padded to maxLocal). */
   for (int d = 0; d < n; d++)
     for (int j = 0; j < r->maxLocal; j++) {
       int e = r->ownerFirst[d] + j;
       r->cntSend[(size_t)d * (size_t)r->maxLocal + (size_t)j] = e < r->ownerFirst[d + 1] ? r->expCount[e] : 0;
     }
-  CK(r->rank, ncclxAllToAll(r->cntSend, r->cntRecv, (size_t)r->maxLocal, ncclxUint64, r->comm, NULL));
-  /* Displacements (elements), source-major on the receiving side. */
-  size_t sent = 0, recvd = 0, localRows = 0;
+}
+
+/* After the count exchange: all-to-all-v counts and displacements (elements), source-major
+ * on the receiving side; returns the rows this rank's experts receive. */
+static size_t displacements(Rank* r) {
+  int n = r->nranks;
+  size_t H = (size_t)r->H, sent = 0, recvd = 0, localRows = 0;
   for (int d = 0; d < n; d++) {
     uint64_t rows = 0, in = 0;
     for (int e = r->ownerFirst[d]; e < r->ownerFirst[d + 1]; e++) rows += r->expCount[e];
@@ -254,6 +267,26 @@ static void layerSync(Rank* r, int layer) {
     recvd += r->recvcounts[d];
     localRows += (size_t)in;
   }
+  return localRows;
+}
+
+/* out[t] = sum_k weights * (row of pair (t, k) in stage). */
+static void weightedSum(Rank* r, uint16_t* out) {
+  size_t H = (size_t)r->H, K = (size_t)r->K;
+  for (int t = 0; t < r->T; t++) {
+    memset(r->acc, 0, sizeof(float) * H);
+    for (size_t k = 0; k < K; k++)
+      accumulateBf16(r->acc, r->stage + r->pairRow[(size_t)t * K + k] * H, r->weights[(size_t)t * K + k], H);
+    storeBf16(out + (size_t)t * H, r->acc, H);
+  }
+}
+
+static void layerSync(Rank* r, int layer) {
+  CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRouter, &r->ctx[layer]));
+  CK(r->rank, ncclxStreamSynchronize(r->stream));
+  packRows(r, layerInput(r, r->actSync, layer));
+  CK(r->rank, ncclxAllToAll(r->cntSend, r->cntRecv, (size_t)r->maxLocal, ncclxUint64, r->comm, NULL));
+  size_t localRows = displacements(r);
   /* With one local expert, source order is expert order: no regrouping. */
   int regroup = r->nLocal > 1;
   uint16_t* land = regroup ? r->srcMajor : r->expertIn;
@@ -264,17 +297,52 @@ static void layerSync(Rank* r, int layer) {
   if (regroup) regroupRows(r, 0);
   CK(r->rank, ncclxAllToAllv(regroup ? r->srcMajor : r->expertOut, r->recvcounts, r->rdispls, r->stage,
                              r->sendcounts, r->sdispls, ncclxBfloat16, r->comm, NULL));
-  for (int t = 0; t < r->T; t++) {
-    memset(r->acc, 0, sizeof(float) * H);
-    for (int k = 0; k < K; k++)
-      accumulateBf16(r->acc, r->stage + r->pairRow[(size_t)t * (size_t)K + (size_t)k] * H,
-                     r->weights[t * K + k], H);
-    storeBf16(out + (size_t)t * H, r->acc, H);
-  }
+  weightedSum(r, r->actSync[layer % 2]);
 }
 
 static void stepSync(Rank* r) {
   for (int l = 0; l < r->layers; l++) layerSync(r, l);
+}
+
+/* syncst: the device-side pieces, as stream host functions. */
+static void hostRouterPack(void* u) {
+  LayerCtx* c = u;
+  hostRouter(u);
+  packRows(c->r, layerInput(c->r, c->r->actSyncSt, c->layer));
+}
+static void hostRegroupForward(void* u) { regroupRows(((LayerCtx*)u)->r, 1); }
+static void hostRegroupBackward(void* u) { regroupRows(((LayerCtx*)u)->r, 0); }
+static void hostExpertsSt(void* u) {
+  Rank* r = ((LayerCtx*)u)->r;
+  memcpy(r->expertOut, r->expertIn, r->localRows * r->rowBytes);
+}
+static void hostWeightedSum(void* u) {
+  LayerCtx* c = u;
+  weightedSum(c->r, c->r->actSyncSt[c->layer % 2]);
+}
+
+/* The synchronization a GPU program needs: the host waits for the router, exchanges the
+ * counts and computes displacements, and queues the data path; the next layer's router
+ * queues behind it and the next synchronize waits for all of it. */
+static void stepSyncStream(Rank* r) {
+  CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRouterPack, &r->ctxSt[0]));
+  for (int l = 0; l < r->layers; l++) {
+    LayerCtx* c = &r->ctxSt[l];
+    CK(r->rank, ncclxStreamSynchronize(r->stream));
+    CK(r->rank, ncclxAllToAll(r->cntSend, r->cntRecv, (size_t)r->maxLocal, ncclxUint64, r->comm, NULL));
+    r->localRows = displacements(r);
+    int regroup = r->nLocal > 1;
+    CK(r->rank, ncclxAllToAllv(r->stage, r->sendcounts, r->sdispls, regroup ? r->srcMajor : r->expertIn,
+                               r->recvcounts, r->rdispls, ncclxBfloat16, r->comm, r->stream));
+    if (regroup) CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRegroupForward, c));
+    CK(r->rank, ncclxLaunchHostFunc(r->stream, hostExpertsSt, c));
+    if (regroup) CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRegroupBackward, c));
+    CK(r->rank, ncclxAllToAllv(regroup ? r->srcMajor : r->expertOut, r->recvcounts, r->rdispls, r->stage,
+                               r->sendcounts, r->sdispls, ncclxBfloat16, r->comm, r->stream));
+    CK(r->rank, ncclxLaunchHostFunc(r->stream, hostWeightedSum, c));
+    if (l + 1 < r->layers) CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRouterPack, &r->ctxSt[l + 1]));
+  }
+  CK(r->rank, ncclxStreamSynchronize(r->stream));
 }
 
 /* ---------------- the sweep ---------------- */
@@ -306,10 +374,12 @@ static void rankSetup(Rank* r, const BenchOpts* o, int E) {
   for (int i = 0; i < 2; i++) {
     r->actDyn[i] = malloc(r->rowBytes * (size_t)Tmax);
     r->actSync[i] = malloc(r->rowBytes * (size_t)Tmax);
+    r->actSyncSt[i] = malloc(r->rowBytes * (size_t)Tmax);
   }
   r->layers = o->layers;
   r->ctx = malloc(sizeof(LayerCtx) * (size_t)o->layers);
-  for (int l = 0; l < o->layers; l++) r->ctx[l] = (LayerCtx){.r = r, .layer = l};
+  r->ctxSt = malloc(sizeof(LayerCtx) * (size_t)o->layers);
+  for (int l = 0; l < o->layers; l++) r->ctx[l] = r->ctxSt[l] = (LayerCtx){.r = r, .layer = l};
   r->srcMajor = malloc(r->rowBytes * r->maxRecv);
   r->stage = malloc(r->rowBytes * pairs);
   r->pairRow = malloc(sizeof(size_t) * pairs);
@@ -330,8 +400,8 @@ static void rankSetup(Rank* r, const BenchOpts* o, int E) {
 
 static void rankTeardown(Rank* r) {
   free(r->ownerFirst), free(r->tokens), free(r->ids), free(r->weights), free(r->expertIn), free(r->expertOut);
-  free(r->expertCounts), free(r->srcMajor), free(r->stage), free(r->pairRow), free(r->ctx);
-  for (int i = 0; i < 2; i++) free(r->actDyn[i]), free(r->actSync[i]);
+  free(r->expertCounts), free(r->srcMajor), free(r->stage), free(r->pairRow), free(r->ctx), free(r->ctxSt);
+  for (int i = 0; i < 2; i++) free(r->actDyn[i]), free(r->actSync[i]), free(r->actSyncSt[i]);
   free(r->expCount), free(r->expStart), free(r->cntSend), free(r->cntRecv), free(r->sendcounts);
   free(r->sdispls), free(r->recvcounts), free(r->rdispls), free(r->acc);
 }
@@ -339,10 +409,12 @@ static void rankTeardown(Rank* r) {
 static uint64_t countWrong(const Rank* r) {
   uint64_t bad = 0;
   size_t n = (size_t)r->T * (size_t)r->H;
+  int last = (r->layers - 1) % 2;
   for (size_t i = 0; i < n; i++) {
-    int last = (r->layers - 1) % 2;
-    float a = bf16ToFloat(r->actDyn[last][i]), b = bf16ToFloat(r->actSync[last][i]);
+    float a = bf16ToFloat(r->actDyn[last][i]);
+    float b = bf16ToFloat(r->actSync[last][i]), c = bf16ToFloat(r->actSyncSt[last][i]);
     bad += fabsf(a - b) > 0.01f * (1.0f + fabsf(b));
+    bad += fabsf(a - c) > 0.01f * (1.0f + fabsf(c));
   }
   return bad;
 }
@@ -358,6 +430,7 @@ static int benchRank(const BenchOpts* o, ncclxComm_t comm) {
   int steps = o->warmup + o->iters;
   double* tDyn = malloc(sizeof(double) * (size_t)steps);
   double* tSync = malloc(sizeof(double) * (size_t)steps);
+  double* tSyncSt = malloc(sizeof(double) * (size_t)steps);
   uint64_t totalWrong = 0;
   for (int ei = 0; ei < o->nexperts; ei++) {
     rankSetup(&r, o, o->experts[ei]);
@@ -379,8 +452,8 @@ static int benchRank(const BenchOpts* o, ncclxComm_t comm) {
             "step, %d iters + %d warmup, median of the per-step max over ranks\n",
             r.nranks, r.H, r.K, r.E, r.skew ? "skewed (70% of picks on experts 0-1)" : "uniform", o->layers,
             o->layers > 1 ? "s" : "", o->iters, o->warmup);
-        printf("# %8s %12s %12s %8s %9s %7s\n", "tokens", "dynamic(us)", "sync(us)", "sync/dyn", "latency",
-               "#wrong");
+        printf("# %8s %12s %12s %12s %8s %8s %9s %7s\n", "tokens", "dynamic(us)", "sync(us)", "syncst(us)",
+               "sync/dyn", "best/dyn", "latency", "#wrong");
       }
       for (int ti = 0; ti < o->ntokens; ti++) {
         r.T = o->tokens[ti];
@@ -395,18 +468,25 @@ static int benchRank(const BenchOpts* o, ncclxComm_t comm) {
           double t2 = nowUs();
           stepSync(&r);
           double t3 = nowUs();
+          CK(r.rank, ncclxBarrier(comm, NULL));
+          double t4 = nowUs();
+          stepSyncStream(&r);
+          double t5 = nowUs();
           tDyn[it] = t1 - t0;
           tSync[it] = t3 - t2;
+          tSyncSt[it] = t5 - t4;
           if (it == 0 || it == steps - 1) wrong += countWrong(&r);
         }
         CK(r.rank, ncclxAllReduce(tDyn, tDyn, (size_t)steps, ncclxFloat64, ncclxMax, comm, NULL));
         CK(r.rank, ncclxAllReduce(tSync, tSync, (size_t)steps, ncclxFloat64, ncclxMax, comm, NULL));
+        CK(r.rank, ncclxAllReduce(tSyncSt, tSyncSt, (size_t)steps, ncclxFloat64, ncclxMax, comm, NULL));
         CK(r.rank, ncclxAllReduce(&wrong, &wrong, 1, ncclxUint64, ncclxSum, comm, NULL));
         totalWrong += wrong;
         if (r.rank == 0) {
           double d = median(tDyn + o->warmup, o->iters), s = median(tSync + o->warmup, o->iters);
-          printf("  %8d %12.1f %12.1f %7.2fx %8.1f%% %7llu\n", r.T, d, s, s / d, 100.0 * (d - s) / s,
-                 (unsigned long long)wrong);
+          double st = median(tSyncSt + o->warmup, o->iters), best = s < st ? s : st;
+          printf("  %8d %12.1f %12.1f %12.1f %7.2fx %7.2fx %8.1f%% %7llu\n", r.T, d, s, st, s / d, best / d,
+                 100.0 * (d - best) / best, (unsigned long long)wrong);
         }
       }
     }
@@ -415,6 +495,7 @@ static int benchRank(const BenchOpts* o, ncclxComm_t comm) {
   }
   free(tDyn);
   free(tSync);
+  free(tSyncSt);
   CK(r.rank, ncclxStreamDestroy(r.stream));
   CK(r.rank, ncclxCommDestroy(comm));
   return totalWrong ? 3 : 0;

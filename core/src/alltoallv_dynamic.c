@@ -19,6 +19,7 @@
 #include "debug.h"
 #include "ncclx/moe.h"
 #include "peers.h"
+#include "prof.h"
 #include "stream.h"
 
 #define API __attribute__((visibility("default")))
@@ -35,6 +36,12 @@
 #define DYN_CHUNK_MAX ((size_t)192 << 10)
 #define DYN_CHUNK_MIN ((size_t)16 << 10)
 #define DYN_BUDGET ((size_t)4 << 20) /* chunk and inline sizes * nranks, until the minimums */
+/* From this many bytes to a peer in several segments (data that is not inline), messages
+ * are cut at segment boundaries too, so each lands straight in its segment: no staging
+ * copy, 4 in flight instead of 2. Measured against one staged stream in the same runs
+ * (moe-bench, 4 and 8 ranks, 4..128 tokens): mostly faster, by up to a third, from 16 KiB
+ * on. Both sides decide from the counts alone. */
+#define DYN_SEGMENTED_MIN ((size_t)16 << 10)
 
 typedef struct {
   uint32_t magic;
@@ -48,9 +55,25 @@ typedef struct {
 } dynHeader;
 _Static_assert(sizeof(dynHeader) == 48, "dynamic header layout");
 
+/* Message 0 when every count to the peer is zero: no chunk size or inline data to describe,
+ * so it fits the 32 bytes that the shared-memory transport carries in the slot's flag line
+ * (no payload copy), and other transports move less. At decode sizes most pairs of ranks
+ * exchange nothing but this. */
+#define DYN_MAGIC_EMPTY 0x6e786465u /* "nxde" */
+typedef struct {
+  uint32_t magic;
+  uint32_t nseg;
+  uint64_t unitBytes;
+  uint64_t seq;
+  uint64_t capacity;
+} dynEmptyHeader;
+_Static_assert(sizeof(dynEmptyHeader) == 32, "empty dynamic header layout");
+
 /* One direction of one peer: message 0, then the data as one stream cut in chunks. A side
  * whose segments are contiguous in memory moves chunks in place (zero copy); otherwise
- * chunks go through two staging slots (gather before sending, scatter after receiving). */
+ * chunks go through two staging slots (gather before sending, scatter after receiving).
+ * Large data in several segments is cut at segment boundaries too (segmented): every
+ * message then has one segment as source and destination, and nothing is staged. */
 typedef struct {
   void* reqs[DYN_INFLIGHT];
   size_t reqBytes[DYN_INFLIGHT];
@@ -66,6 +89,9 @@ typedef struct {
   size_t msg0Bytes; /* send: exact; receive: what is posted */
   char* slots;      /* staged: 2 * chunk bytes */
   uint64_t inlined;
+  int segmented;    /* messages cut at segment boundaries (see DYN_SEGMENTED_MIN) */
+  int curSeg;       /* segmented: segment and offset of the next message */
+  uint64_t segOff;
 } dynChan;
 
 typedef struct {
@@ -145,13 +171,22 @@ static char* contiguousBase(char* const* ptrs, const uint64_t* segs, int nseg, s
   return base;
 }
 
-/* After message 0: the number of chunks still to move. */
-static void chanSetData(dynChan* ch, uint64_t total, uint64_t inlined) {
+/* After message 0: the number of chunks still to move, and how they are cut. */
+static void chanSetData(dynChan* ch, uint64_t total, uint64_t inlined, const uint64_t* segs, int nseg,
+                        size_t unit) {
   ch->total = total;
   ch->inlined = inlined;
   ch->posted = ch->done = inlined;
   uint64_t rest = total - inlined;
   ch->msgsTotal = 1 + (rest ? (size_t)((rest + ch->chunk - 1) / ch->chunk) : 0);
+  int nonEmpty = 0;
+  for (int i = 0; i < nseg; i++) nonEmpty += segs[i] != 0;
+  ch->segmented = inlined == 0 && nonEmpty > 1 && total >= DYN_SEGMENTED_MIN;
+  ch->curSeg = 0;
+  ch->segOff = 0;
+  if (!ch->segmented) return;
+  ch->msgsTotal = 1;
+  for (int i = 0; i < nseg; i++) ch->msgsTotal += (size_t)((segs[i] * unit + ch->chunk - 1) / ch->chunk);
 }
 
 static int chanComplete(const dynState* st, int peer, int isSend) {
@@ -200,7 +235,18 @@ static ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
   commDescribeRank(comm, peer, who, sizeof(who));
   dynHeader h;
   memset(&h, 0, sizeof(h));
-  if (got >= sizeof(h)) memcpy(&h, ch->msg0, sizeof(h));
+  if (got == sizeof(dynEmptyHeader) && *(const uint32_t*)ch->msg0 == DYN_MAGIC_EMPTY) {
+    dynEmptyHeader e;
+    memcpy(&e, ch->msg0, sizeof(e));
+    h = (dynHeader){.magic = DYN_MAGIC, .nseg = e.nseg, .unitBytes = e.unitBytes, .seq = e.seq,
+                    .capacity = e.capacity, .chunk = st->chunk};
+    if (e.nseg == (uint32_t)p->nRecvSeg) { /* else refused below */
+      got = hdrSize(p->nRecvSeg);           /* as if the zero counts had been sent */
+      memset(ch->msg0 + sizeof(h), 0, got - sizeof(h));
+    }
+  } else if (got >= sizeof(h)) {
+    memcpy(&h, ch->msg0, sizeof(h));
+  }
   if (got < sizeof(h) || h.magic != DYN_MAGIC)
     return commFail(comm, ncclxInvalidUsage,
                     "%s #%llu: %s sent a %zu-byte message that does not start with a dynamic all-to-all "
@@ -240,7 +286,7 @@ static ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
                     opName(comm), opSeq(comm), who, got, (unsigned long long)h.inlined,
                     (unsigned long long)bytes);
   ch->chunk = (size_t)h.chunk;
-  chanSetData(ch, bytes, h.inlined);
+  chanSetData(ch, bytes, h.inlined, p->recvSegs, p->nRecvSeg, x->unitBytes);
   p->hdrKnown = 1;
   st->placeDirty = 1;
   /* The sender's half of the capacity check: the peer advertised what it can hold. */
@@ -296,7 +342,7 @@ static ncclxResult_t placePass(dynState* st, int* progress) {
       segCopy(p->recvDst, p->recvSegs, p->nRecvSeg, x->unitBytes, 0, ch->inlined,
               ch->msg0 + hdrSize(p->nRecvSeg), 1);
     ch->direct = contiguousBase(p->recvDst, p->recvSegs, p->nRecvSeg, x->unitBytes);
-    if (!ch->direct && ch->msgsTotal > 1 && !x->scatteredRecv)
+    if (!ch->direct && !ch->segmented && ch->msgsTotal > 1 && !x->scatteredRecv)
       return commFail(st->comm, ncclxInternalError, "%s #%llu: segments from rank %d are not adjacent",
                       opName(st->comm), opSeq(st->comm), peer);
   }
@@ -312,7 +358,7 @@ static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress)
   struct ncclxPeerConn* c = &comm->conns[peer];
   for (;;) {
     if (ch->msgsPosted >= ch->msgsTotal) return ncclxSuccess;
-    int staged = ch->msgsPosted > 0 && !ch->direct;
+    int staged = ch->msgsPosted > 0 && !ch->direct && !ch->segmented;
     if (ch->inflight >= (staged ? 2 : DYN_INFLIGHT)) return ncclxSuccess;
     if (isSend && peer == st->capPeer && ch->msgsPosted > 0) return ncclxSuccess; /* header only */
     char* ptr;
@@ -321,6 +367,16 @@ static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress)
     if (ch->msgsPosted == 0) {
       ptr = ch->msg0;
       len = ch->msg0Bytes;
+    } else if (ch->segmented) {
+      const uint64_t* segs = isSend ? p->sendSegs : p->recvSegs;
+      char* const* ptrs = isSend ? (char* const*)p->sendPtr : p->recvDst;
+      int nseg = isSend ? p->nSendSeg : p->nRecvSeg;
+      size_t unit = st->x->unitBytes;
+      while (ch->curSeg < nseg && ch->segOff >= segs[ch->curSeg] * unit) ch->curSeg++, ch->segOff = 0;
+      if (ch->curSeg >= nseg) return ncclxSuccess; /* cannot happen: msgsTotal counts the pieces */
+      uint64_t left = segs[ch->curSeg] * unit - ch->segOff;
+      len = left < ch->chunk ? (size_t)left : ch->chunk;
+      ptr = ptrs[ch->curSeg] + ch->segOff;
     } else {
       len = ch->total - off < ch->chunk ? (size_t)(ch->total - off) : ch->chunk;
       if (ch->direct) {
@@ -353,6 +409,7 @@ static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress)
     ch->reqOff[slot] = off;
     ch->inflight++;
     if (ch->msgsPosted++ > 0) ch->posted += len;
+    if (ch->segmented && ch->msgsPosted > 1) ch->segOff += len;
     *progress = 1;
   }
 }
@@ -386,7 +443,7 @@ static ncclxResult_t chanTest(dynState* st, int peer, int isSend, int* progress)
           "ranks?)",
           opName(comm), opSeq(comm), commDescribeRank(comm, peer, who, sizeof(who)), got, ch->reqBytes[slot]);
     }
-    if (!isSend && !ch->direct)
+    if (!isSend && !ch->direct && !ch->segmented)
       segCopy(p->recvDst, p->recvSegs, p->nRecvSeg, st->x->unitBytes, ch->reqOff[slot], ch->reqBytes[slot],
               ch->slots + (msg % 2) * ch->chunk, 1);
     ch->done += ch->reqBytes[slot];
@@ -464,13 +521,18 @@ static ncclxResult_t setupChannels(dynState* st) {
     dynChan* r = &st->recv[peer];
     s->chunk = st->chunk;
     uint64_t bytes = sumSegs(p->sendSegs, p->nSendSeg) * x->unitBytes;
-    chanSetData(s, bytes, bytes <= st->inlineMax ? bytes : 0);
-    s->msg0Bytes = hdrSize(p->nSendSeg) + (size_t)s->inlined;
+    if (p->noSend && bytes)
+      return commFail(comm, ncclxInternalError, "%s #%llu: %llu bytes for rank %d, which expects none",
+                      opName(comm), opSeq(comm), (unsigned long long)bytes, peer);
+    chanSetData(s, bytes, bytes <= st->inlineMax ? bytes : 0, p->sendSegs, p->nSendSeg, x->unitBytes);
+    s->msg0Bytes = bytes ? hdrSize(p->nSendSeg) + (size_t)s->inlined : sizeof(dynEmptyHeader);
     s->direct = contiguousBase((char* const*)p->sendPtr, p->sendSegs, p->nSendSeg, x->unitBytes);
     r->msgsTotal = 1; /* the rest once the header is known */
     r->msg0Bytes = hdrSize(p->nRecvSeg) + st->inlineMax;
+    if (p->noSend) s->msgsTotal = 0, s->msg0Bytes = 0;
+    if (p->noRecv) r->msgsTotal = 0, r->msg0Bytes = 0;
     size_t recvArea = recvAreaBytes(st, r);
-    int sendStaged = !s->direct && s->msgsTotal > 1;
+    int sendStaged = !s->direct && !s->segmented && s->msgsTotal > 1;
     total += alignUp(s->msg0Bytes) + (sendStaged ? 2 * st->chunk : 0) + alignUp(recvArea);
   }
   /* Staging lives in the comm's scratch: after a failure the transport may still hold
@@ -487,12 +549,22 @@ static ncclxResult_t setupChannels(dynState* st) {
     const dynPeer* p = &x->peers[peer];
     s->msg0 = buf;
     buf += alignUp(s->msg0Bytes);
-    if (!s->direct && s->msgsTotal > 1) {
+    if (!s->direct && !s->segmented && s->msgsTotal > 1) {
       s->slots = buf;
       buf += 2 * st->chunk;
     }
     r->msg0 = r->slots = buf;
     buf += alignUp(recvAreaBytes(st, r));
+    if (p->noSend) continue;
+    if (s->total == 0) {
+      dynEmptyHeader e = {.magic = DYN_MAGIC_EMPTY,
+                          .nseg = (uint32_t)p->nSendSeg,
+                          .unitBytes = x->unitBytes,
+                          .seq = comm->curOpSeq,
+                          .capacity = x->capacity};
+      memcpy(s->msg0, &e, sizeof(e));
+      continue;
+    }
     dynHeader h = {.magic = DYN_MAGIC,
                    .nseg = (uint32_t)p->nSendSeg,
                    .unitBytes = x->unitBytes,
@@ -508,25 +580,59 @@ static ncclxResult_t setupChannels(dynState* st) {
   return ncclxSuccess;
 }
 
+/* Connections to every peer a message goes to or comes from (set up on first use). */
 static ncclxResult_t connectPeers(dynState* st) {
-  int n = st->n, k = 0;
-  if (n == 1) return ncclxSuccess;
-  int* peers = malloc(sizeof(int) * (size_t)(n - 1));
+  int n = st->n, ns = 0, nr = 0;
+  if (n <= 1) return ncclxSuccess;
+  int* peers = malloc(2 * sizeof(int) * (size_t)n);
   if (!peers) return commFail(st->comm, ncclxSystemError, "%s: out of memory", opName(st->comm));
-  for (int i = 1; i < n; i++) peers[k++] = (st->me + i) % n;
-  ncclxResult_t res = peersEnsure(st->comm, peers, k, peers, k);
+  int *to = peers, *from = peers + n;
+  for (int i = 1; i < n; i++) {
+    int peer = (st->me + i) % n;
+    if (!st->x->peers[peer].noSend) to[ns++] = peer;
+    if (!st->x->peers[peer].noRecv) from[nr++] = peer;
+  }
+  ncclxResult_t res = peersEnsure(st->comm, to, ns, from, nr);
   free(peers);
   return res;
 }
 
-/* Polls before yielding. With more ranks on this host than CPUs, spinning only keeps the
- * peer we wait for off the CPU (measured: 8 ranks on 2 CPUs ran up to 2x slower with 200
- * spins than with 20); the yields that follow still give the shared-memory transport the
- * test() calls it needs before it arms its doorbell. */
+/* Waiting follows the progress engine's rule (core/src/xfer.c; kept in step by hand until
+ * xfer.h exports it): poll before yielding, but with more ranks on this host than CPUs
+ * spinning only holds the core the awaited peer needs, so yield almost at once. Other load
+ * on the machine has the same effect unseen, so the budget adapts per thread: a wait that
+ * outlasts the spin halves it, one that ends within it grows it back. Sleep in poll() only
+ * after DYN_YIELDS yields and DYN_YIELD_SEC: the shared-memory transport arms its doorbell
+ * after ~50 us of idle test() calls, and a sleep before that lasts the whole poll timeout. */
+#define DYN_SPIN_MIN 4u
+#define DYN_SPIN_MAX 200u
+#define DYN_YIELDS 200u
+#define DYN_YIELD_SEC 200e-6
+static __thread unsigned spinBudget;
+
+static unsigned spinLimit(const struct ncclxComm* comm) {
+  static int cpus = 0;
+  if (cpus == 0) {
+    cpu_set_t set;
+    int c = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (c <= 0) c = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    cpus = c > 0 ? c : 1;
+  }
+  return comm->ranksPerHostMax > cpus ? DYN_SPIN_MIN : DYN_SPIN_MAX;
+}
+
 static unsigned spinPolls(const struct ncclxComm* comm) {
-  static long cpus = 0;
-  if (cpus == 0) cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return cpus > 0 && comm->ranksPerHostMax >= cpus ? 20 : 200;
+  unsigned limit = spinLimit(comm);
+  if (spinBudget == 0 || spinBudget > limit) spinBudget = limit;
+  return spinBudget;
+}
+
+static void spinLearn(const struct ncclxComm* comm, int waitedPastSpin) {
+  unsigned limit = spinLimit(comm);
+  if (waitedPastSpin)
+    spinBudget = spinBudget / 2 > DYN_SPIN_MIN ? spinBudget / 2 : DYN_SPIN_MIN;
+  else
+    spinBudget = spinBudget + spinBudget / 4 + 1 < limit ? spinBudget + spinBudget / 4 + 1 : limit;
 }
 
 static ncclxResult_t progressLoop(dynState* st) {
@@ -560,13 +666,17 @@ static ncclxResult_t progressLoop(dynState* st) {
     pending |= !st->x->peers[st->me].placed || st->placeDirty || st->capPeer >= 0;
     if (!pending) return ncclxSuccess;
     if (progress) {
+      if (idle) {
+        spinLearn(st->comm, idle >= spins);
+        spins = spinPolls(st->comm);
+      }
       idle = 0;
       continue;
     }
     /* Spin briefly (lowest latency when cores are free), then yield, then sleep in poll(). */
     if (++idle < spins) continue;
     if (idle == spins) lastProgress = nowSec();
-    if (idle < spins + 200) {
+    if (idle < spins + DYN_YIELDS || nowSec() - lastProgress < DYN_YIELD_SEC) {
       sched_yield();
       continue;
     }
@@ -596,9 +706,15 @@ ncclxResult_t dynExchangeRun(dynExchange* x) {
                    st.n);
   if (res == ncclxSuccess) res = setupChannels(&st);
   if (res == ncclxSuccess) {
-    /* Our own "header" is known at once. */
+    /* Our own "header" is known at once, and so are the empty ones nobody sends. */
     memcpy(self->recvSegs, self->sendSegs, 8 * (size_t)self->nSendSeg);
     self->hdrKnown = 1;
+    for (int peer = 0; peer < st.n; peer++) {
+      dynPeer* p = &x->peers[peer];
+      if (peer == st.me || !p->noRecv) continue;
+      memset(p->recvSegs, 0, 8 * (size_t)p->nRecvSeg);
+      p->hdrKnown = 1;
+    }
     st.placeDirty = 1;
     res = connectPeers(&st);
   }
@@ -609,8 +725,32 @@ ncclxResult_t dynExchangeRun(dynExchange* x) {
 
 /* ---------------- execution under the comm's lock ---------------- */
 
+/* A COLL event with our own op name (profCollStart names only the core's collectives). */
+static void* profDynStart(struct ncclxComm* comm, const char* name, uint64_t seq, const dynOpInfo* info) {
+  if (!profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) return NULL;
+  ncclxProfilerEventDescr_v1_t d;
+  memset(&d, 0, sizeof(d));
+  d.type = NCCLX_PROFILE_COLL;
+  d.rank = comm->rank;
+  d.coll.seq = seq;
+  d.coll.func = name;
+  d.coll.sendbuff = info->sendbuff;
+  d.coll.recvbuff = info->recvbuff;
+  d.coll.count = info->count;
+  d.coll.bytes = info->bytes;
+  d.coll.root = -1;
+  d.coll.datatype = ncclxTypeName(info->datatype);
+  d.coll.algo = "dynamic";
+  d.coll.proto = "simple";
+  d.coll.stream = info->stream;
+  void* handle = NULL;
+  if (comm->profiler->startEvent(comm->profilerCtx, &handle, &d) != ncclxSuccess) return NULL;
+  return handle;
+}
+
 ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
-                        ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg) {
+                        ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg,
+                        const dynOpInfo* info) {
   ncclxLogSetRank(comm->rank);
   pthread_mutex_lock(&comm->execLock);
   ncclxResult_t res =
@@ -621,13 +761,34 @@ ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
     uint64_t seq = ++comm->collSeq;
     comm->curOpName = name;
     comm->curOpSeq = seq;
-    INFO(NCCLX_LOG_COLL, "%s #%llu: comm %s nranks %d", name, (unsigned long long)seq, comm->name,
+    INFO(NCCLX_LOG_COLL, "%s #%llu: %zu %s (%zu bytes) to send, comm %s nranks %d", name,
+         (unsigned long long)seq, info->count, ncclxTypeName(info->datatype), info->bytes, comm->name,
          comm->nranks);
+    void* ev = profDynStart(comm, name, seq, info);
+    comm->curProfEvent = ev;
     res = fn(comm, arg);
+    if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
+    profStop(comm, ev);
+    comm->curProfEvent = NULL;
     comm->curOpName = NULL;
   }
   pthread_mutex_unlock(&comm->execLock);
   return res;
+}
+
+/* ---------------- groups ---------------- */
+
+int dynInGroup(void) { return enqueueGroupDepth() > 0; }
+
+/* Dynamic calls are not grouped: a group runs its operations at ncclxGroupEnd with every
+ * size known at call time, while ours learn their sizes when they execute. Refusing keeps
+ * the order of operations the one the caller wrote. */
+ncclxResult_t dynCheckNotGrouped(struct ncclxComm* comm, const char* fn) {
+  if (!dynInGroup()) return ncclxSuccess;
+  return commArgError(comm, ncclxInvalidUsage,
+                      "%s: cannot be called between ncclxGroupStart and ncclxGroupEnd (its counts are "
+                      "read when it executes); call it outside the group, on the same stream",
+                      fn);
 }
 
 /* ---------------- the public all-to-all ---------------- */
@@ -642,6 +803,8 @@ typedef struct {
   size_t* recvcounts;
   size_t* rdispls; /* compact only */
   size_t elemBytes;
+  ncclxDataType_t datatype;
+  ncclxStream_t stream;
   int compact;
   int nextPeer;       /* compact: first peer not placed yet */
   uint64_t placedSum; /* compact: elements placed before nextPeer */
@@ -740,7 +903,16 @@ static ncclxResult_t a2avExec(struct ncclxComm* comm, void* arg) {
 
 static ncclxResult_t a2avRun(ncclxTask* task) {
   a2avTask* t = (a2avTask*)task;
-  return dynExecOp(t->comm, "alltoallv_dynamic", a2avExec, t);
+  /* The counts are valid now (they may have been produced by an earlier stream task). */
+  size_t count = 0;
+  for (int p = 0; p < t->comm->nranks; p++) count += t->sendcounts[p];
+  dynOpInfo info = {.sendbuff = t->sendbuff,
+                    .recvbuff = t->recvbuff,
+                    .count = count,
+                    .bytes = count * t->elemBytes,
+                    .datatype = t->datatype,
+                    .stream = t->stream};
+  return dynExecOp(t->comm, t->compact ? "alltoallv_dynamic_compact" : "alltoallv_dynamic", a2avExec, t, &info);
 }
 
 static void a2avRelease(ncclxTask* task) {
@@ -753,6 +925,7 @@ static ncclxResult_t a2avSubmit(const char* fn, const void* sendbuff, const size
                                 size_t maxRecv, size_t* recvcounts, size_t* rdispls, ncclxDataType_t datatype,
                                 ncclxComm_t comm, ncclxStream_t stream, int compact) {
   NCCLX_CHECK(commCheckCall(comm, stream, fn));
+  NCCLX_CHECK(dynCheckNotGrouped(comm, fn));
   if ((unsigned)datatype >= ncclxNumTypes)
     return commArgError(comm, ncclxInvalidArgument, "%s: invalid datatype %d", fn, (int)datatype);
   if (!sendcounts || !recvcounts || (compact && !rdispls))
@@ -798,6 +971,8 @@ static ncclxResult_t a2avSubmit(const char* fn, const void* sendbuff, const size
   t->recvcounts = recvcounts;
   t->rdispls = rdispls;
   t->elemBytes = sz;
+  t->datatype = datatype;
+  t->stream = stream;
   t->compact = compact;
   commRetain(comm);
   return streamEnqueue(stream, &t->base);

@@ -5,12 +5,15 @@
  *   message 0:  header (segment counts, the sender's per-peer capacity, chunk size) and, when
  *               the data is small (<= 12 KiB), the data itself;
  *   then:       otherwise, the data as one stream cut in chunks (<= 192 KiB).
- * So there is no separate count round, and at decode sizes a peer costs one message. The
+ * So there is no separate count round, and at decode sizes a peer costs one message; a
+ * direction both sides know to be empty (dynPeer.noSend / noRecv) costs none. The
  * receiver posts message 0 (as large as any message 0 can be) before it knows the counts;
  * once place() has decided where the peer's segments go it posts the chunks with exact
  * sizes, so nothing can overrun a buffer. A side whose segments are adjacent in memory moves
  * chunks in place (zero copy); otherwise chunks go through two staging slots (gather before
- * sending, scatter after receiving).
+ * sending, scatter after receiving), except from 16 KiB to a peer in several segments, where
+ * chunks are also cut at segment boundaries and land straight in their segments. A message 0
+ * with all counts zero is 32 bytes (the shared-memory transport's flag-line size).
  *
  * A count above what the receiver holds is refused by the receiver (place() returns the
  * error) and by the sender when it reads the capacity the receiver advertised in its own
@@ -41,6 +44,11 @@ typedef struct {
   int nRecvSeg;
   uint64_t* recvSegs;
   char** recvDst;
+  /* Set by callers that know, as the peer does, that a direction carries nothing (the
+   * combine after its dispatch): no message at all, not even a header, and the counts from
+   * this peer are zero. Both sides must agree, or the next operation reads a stray header
+   * (and fails naming it). */
+  int noSend, noRecv;
   int hdrKnown;
   int placed;
 } dynPeer;
@@ -67,10 +75,27 @@ void dynStaging(int nranks, size_t* inlineMax, size_t* chunkMax);
 /* Runs the exchange to completion. comm->execLock must be held (see dynExecOp). */
 ncclxResult_t dynExchangeRun(dynExchange* x);
 
+/* What the profiler's COLL event says about a call (known when it executes). */
+typedef struct {
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;  /* elements (all-to-all) or tokens (MoE) this rank sends */
+  size_t bytes;  /* data bytes this rank sends */
+  ncclxDataType_t datatype;
+  void* stream;  /* the stream it was queued on, NULL for the caller's thread */
+} dynOpInfo;
+
 /* Runs fn(comm, arg) as one collective named `name` under comm->execLock: refuses a
- * destroyed or failed communicator, takes the next collective sequence number and sets
- * curOpName/curOpSeq for error messages. */
+ * destroyed or failed communicator, takes the next collective sequence number, sets
+ * curOpName/curOpSeq for error messages and reports a profiler COLL event whose func is
+ * `name` ("alltoallv_dynamic", "alltoallv_dynamic_compact", "moe_dispatch", "moe_combine"). */
 ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
-                        ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg);
+                        ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg,
+                        const dynOpInfo* info);
+
+/* Whether the calling thread is inside ncclxGroupStart/End (0 when that cannot be known),
+ * and the ncclxInvalidUsage refusal of the dynamic calls there. */
+int dynInGroup(void);
+ncclxResult_t dynCheckNotGrouped(struct ncclxComm* comm, const char* fn);
 
 #endif

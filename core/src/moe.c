@@ -61,6 +61,7 @@ typedef struct {
   ncclxTask base;
   struct ncclxMoe* moe;
   int isCombine;
+  ncclxStream_t stream;
   /* dispatch */
   const char* tokens;
   size_t nTokens;
@@ -424,14 +425,18 @@ static ncclxResult_t combineExec(struct ncclxComm* comm, void* arg) {
    * from its owner into the staging rows dispatch packed them from. */
   for (size_t k = 0; k < (size_t)n * (size_t)nl; k++)
     m->outPtr[k] = m->recvSegs[k] ? t->expertOut + m->recvRow[k] * m->rowBytes : NULL;
+  /* Both sides know from the dispatch which directions are empty: those carry nothing, not
+   * even a header (at decode sizes most pairs of ranks). */
   for (int d = 0; d < n; d++) {
-    int first = m->firstExpert[d] < E ? m->firstExpert[d] : 0;
+    int first = m->firstExpert[d] < E ? m->firstExpert[d] : 0, nseg = m->firstExpert[d + 1] - m->firstExpert[d];
     m->peers[d] = (dynPeer){.sendPtr = &m->outPtr[(size_t)d * nl],
                             .sendSegs = &m->recvSegs[(size_t)d * nl],
                             .nSendSeg = nl,
-                            .nRecvSeg = m->firstExpert[d + 1] - m->firstExpert[d],
+                            .nRecvSeg = nseg,
                             .recvSegs = &m->backSegs[first],
-                            .recvDst = &m->backDst[first]};
+                            .recvDst = &m->backDst[first],
+                            .noSend = sumSegsOf(&m->recvSegs[(size_t)d * nl], nl) == 0,
+                            .noRecv = sumSegsOf(&m->sendSegs[first], nseg) == 0};
   }
   dynExchange x = {.comm = comm,
                    .unitBytes = m->rowBytes,
@@ -450,8 +455,18 @@ static ncclxResult_t combineExec(struct ncclxComm* comm, void* arg) {
 
 static ncclxResult_t moeRun(ncclxTask* task) {
   moeTask* t = (moeTask*)task;
-  if (t->isCombine) return dynExecOp(t->moe->comm, "moe_combine", combineExec, t);
-  return dynExecOp(t->moe->comm, "moe_dispatch", dispatchExec, t);
+  struct ncclxMoe* m = t->moe;
+  /* Counted in tokens and their pairs' rows (the rows actually sent are known only later,
+   * after routing; dropped pairs are included here). */
+  size_t tokens = t->isCombine ? m->nTokens : t->nTokens;
+  dynOpInfo info = {.sendbuff = t->isCombine ? (const void*)t->expertOut : (const void*)t->tokens,
+                    .recvbuff = t->isCombine ? (void*)t->out : (void*)t->expertIn,
+                    .count = tokens,
+                    .bytes = tokens * (size_t)m->cfg.topk * m->rowBytes,
+                    .datatype = m->cfg.datatype,
+                    .stream = t->stream};
+  if (t->isCombine) return dynExecOp(m->comm, "moe_combine", combineExec, t, &info);
+  return dynExecOp(m->comm, "moe_dispatch", dispatchExec, t, &info);
 }
 
 static void moeTaskRelease(ncclxTask* task) {
@@ -464,6 +479,7 @@ static ncclxResult_t moeSubmit(moeTask* tmpl, ncclxStream_t stream) {
   moeTask* t = malloc(sizeof(*t));
   if (!t) return commArgError(tmpl->moe->comm, ncclxSystemError, "moe: out of memory queueing an operation");
   *t = *tmpl;
+  t->stream = stream;
   t->base.run = moeRun;
   t->base.release = moeTaskRelease;
   t->base.next = NULL;
@@ -477,6 +493,7 @@ API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nT
   NCCLX_CHECK(checkHandle(moe, fn));
   struct ncclxComm* comm = moe->comm;
   NCCLX_CHECK(commCheckCall(comm, stream, fn));
+  NCCLX_CHECK(dynCheckNotGrouped(comm, fn));
   if (nTokens > moe->cfg.maxTokens)
     return commArgError(comm, ncclxInvalidArgument, "%s: nTokens %zu is more than the handle's maxTokens %zu",
                        fn, nTokens, moe->cfg.maxTokens);
@@ -507,6 +524,7 @@ API ncclxResult_t ncclxMoeCombine(ncclxMoe_t moe, const void* expertOut, const f
   NCCLX_CHECK(checkHandle(moe, fn));
   struct ncclxComm* comm = moe->comm;
   NCCLX_CHECK(commCheckCall(comm, stream, fn));
+  NCCLX_CHECK(dynCheckNotGrouped(comm, fn));
   if (moe->dispatchCalls == 0)
     return commArgError(comm, ncclxInvalidUsage, "%s: no ncclxMoeDispatch was called on this handle", fn);
   if (moe->cfg.maxRecvTokens > 0 && !expertOut)

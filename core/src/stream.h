@@ -17,4 +17,6 @@ typedef struct ncclxTask {
 ncclxResult_t streamEnqueue(ncclxStream_t stream, ncclxTask* task);
 /* Validate a user-provided stream handle (NULL is valid: caller's thread). */
 ncclxResult_t streamCheckHandle(ncclxStream_t stream);
+/* The calling thread's ncclxGroupStart nesting depth (enqueue.c). */
+int enqueueGroupDepth(void);
 #endif

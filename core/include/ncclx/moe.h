@@ -8,7 +8,9 @@
  * A host function queued earlier (ncclxLaunchHostFunc) may therefore produce the inputs and
  * a later one consume the outputs, with no synchronization by the caller.
  *
- * These calls are not part of ncclxGroupStart/End: inside a group they are issued at once.
+ * These calls cannot be grouped: between ncclxGroupStart and ncclxGroupEnd they fail with
+ * ncclxInvalidUsage and queue nothing (docs/moe.md). Each is one profiler COLL event named
+ * "alltoallv_dynamic", "alltoallv_dynamic_compact", "moe_dispatch" or "moe_combine".
  */
 #ifndef NCCLX_MOE_H
 #define NCCLX_MOE_H
