@@ -33,7 +33,9 @@ static ncclxResult_t checkSchedule(struct ncclxComm* comm, ncclxFuseSchedule_t* 
     return commArgError(comm, ncclxInvalidArgument, "%s: invalid schedule algorithm %d", fn, (int)s->algo);
   if (s->algo == ncclxFuseSliced && s->slices < 1)
     return commArgError(comm, ncclxInvalidArgument, "%s: SLICED needs slices >= 1, not %d", fn, s->slices);
-  if (s->algo != ncclxFuseSliced) s->slices = 1;
+  if (s->algo == ncclxFuseRingP2P && s->slices < 1)
+    return commArgError(comm, ncclxInvalidArgument, "%s: RING_P2P needs pieces (slices) >= 1, not %d", fn, s->slices);
+  if (s->algo != ncclxFuseSliced && s->algo != ncclxFuseRingP2P) s->slices = 1;
   if (s->unit == 0) s->unit = 1;
   if (count % s->unit != 0)
     return commArgError(comm, ncclxInvalidArgument, "%s: count %zu is not a multiple of the schedule's unit %zu", fn, count,
@@ -69,11 +71,13 @@ static int needsHelper(const fuseOp* f) {
 
 static void* profStartFused(fuseOp* f, ncclxStream_t stream) {
   if (!profEnabled(f->comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) return NULL;
-  int ag = f->consume != NULL;
-  ncclxCollArgs a = {.coll = ag ? NCCLX_COLL_ALLGATHER : NCCLX_COLL_REDUCESCATTER,
+  static const int colls[] = {[FUSE_AG] = NCCLX_COLL_ALLGATHER, [FUSE_RS] = NCCLX_COLL_REDUCESCATTER,
+                              [FUSE_A2A] = NCCLX_COLL_ALLTOALL};
+  int pairwise = f->sched.algo == ncclxFuseDirectP2P || f->kind == FUSE_A2A;
+  ncclxCollArgs a = {.coll = colls[f->kind],
                      .sendbuff = f->sendbuff, .recvbuff = f->recvbuff, .count = f->count,
-                     .datatype = f->type, .op = ag ? ncclxSum : f->op, .root = -1,
-                     .algo = f->sched.algo == ncclxFuseDirectP2P ? NCCLX_ALGO_PAIRWISE : NCCLX_ALGO_RING,
+                     .datatype = f->type, .op = f->kind == FUSE_RS ? f->op : ncclxSum, .root = -1,
+                     .algo = pairwise ? NCCLX_ALGO_PAIRWISE : NCCLX_ALGO_RING,
                      .proto = NCCLX_PROTO_SIMPLE, .chunkBytes = f->comm->chunkBytes};
   return profCollStart(f->comm, &a, f->seq, stream);
 }
@@ -100,7 +104,7 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
       res = commFail(comm, ncclxSystemError, "%s #%llu: %s", f->name, (unsigned long long)f->seq,
                      ncclxThreadLastError());
     if (res == ncclxSuccess && f->count > 0)
-      res = f->consume ? fuseAllGather(f) : fuseReduceScatter(f);
+      res = f->kind == FUSE_AG ? fuseAllGather(f) : f->kind == FUSE_RS ? fuseReduceScatter(f) : fuseAllToAll(f);
     if (fuseHelperBusy(f->helper)) { /* only after an error path that left it running */
       atomic_store(&comm->abortFlag, 1);
       (void)fuseHelperWait(f->helper, 0, NULL, 0);
@@ -161,7 +165,7 @@ API ncclxResult_t ncclxAllGatherCompute(const void* sendbuff, void* recvbuff, si
   NCCLX_CHECK(checkCommon(comm, datatype, sendcount, consume != NULL, recvbuff, fn));
   if (sendcount > 0 && !sendbuff) return commArgError(comm, ncclxInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, sendcount);
   NCCLX_CHECK(checkSchedule(comm, &schedule, sendcount, fn));
-  fuseOp f = {.comm = comm, .name = "allgather-compute", .sched = schedule, .type = datatype,
+  fuseOp f = {.comm = comm, .kind = FUSE_AG, .name = "allgather-compute", .sched = schedule, .type = datatype,
               .typeSize = ncclxTypeSize(datatype), .count = sendcount, .sendbuff = sendbuff,
               .recvbuff = recvbuff, .consume = consume, .op = ncclxSum, .user = user};
   return submit(&f, stream);
@@ -176,8 +180,23 @@ API ncclxResult_t ncclxComputeReduceScatter(ncclxFuseProduceFn produce, void* us
   NCCLX_CHECK(checkCommon(comm, datatype, recvcount, produce != NULL, recvbuff, fn));
   if ((unsigned)op >= ncclxNumOps) return commArgError(comm, ncclxInvalidArgument, "%s: invalid reduction op %d", fn, (int)op);
   NCCLX_CHECK(checkSchedule(comm, &schedule, recvcount, fn));
-  fuseOp f = {.comm = comm, .name = "compute-reducescatter", .sched = schedule, .type = datatype,
+  fuseOp f = {.comm = comm, .kind = FUSE_RS, .name = "compute-reducescatter", .sched = schedule, .type = datatype,
               .typeSize = ncclxTypeSize(datatype), .count = recvcount, .recvbuff = recvbuff,
               .produce = produce, .op = op, .user = user};
+  return submit(&f, stream);
+}
+
+API ncclxResult_t ncclxAllToAllCompute(ncclxFuseProduceFn produce, ncclxFuseConsumeFn consume,
+                                       void* user, void* recvbuff, size_t count,
+                                       ncclxDataType_t datatype, ncclxFuseSchedule_t schedule,
+                                       ncclxComm_t comm, ncclxStream_t stream) {
+  const char* fn = "ncclxAllToAllCompute";
+  NCCLX_CHECK(commCheckCall(comm, stream, fn));
+  NCCLX_CHECK(checkCommon(comm, datatype, count, produce != NULL, recvbuff, fn));
+  NCCLX_CHECK(checkSchedule(comm, &schedule, count, fn));
+  fuseOp f = {.comm = comm, .kind = FUSE_A2A, .name = "alltoall-compute", .sched = schedule,
+              .type = datatype, .typeSize = ncclxTypeSize(datatype), .count = count,
+              .recvbuff = recvbuff, .produce = produce, .consume = consume, .op = ncclxSum,
+              .user = user};
   return submit(&f, stream);
 }

@@ -42,10 +42,10 @@ static ncclxResult_t agSliced(fuseOp* f, int k) {
   return ncclxSuccess;
 }
 
-/* RING_P2P: step t consumes block r-t while it goes on to r+1 and block r-t-1 arrives from
- * r-1. DIRECT_P2P: the same consumption order, but every step sends the own block to r+t+1
- * and receives block r-t-1 from its owner. The own block needs no transfer: no head. */
-static ncclxResult_t agP2P(fuseOp* f, int direct) {
+/* DIRECT_P2P: step t consumes block r-t while the own block goes to r+t+1 and block r-t-1
+ * arrives from its owner. The own block needs no transfer: no head. (RING_P2P, the same
+ * order with every block forwarded along the ring, is a pipeline: commfuse_pipe.c.) */
+static ncclxResult_t agDirect(fuseOp* f) {
   int n = f->comm->nranks, r = f->comm->rank;
   size_t blk = f->count * f->typeSize;
   placeOwn(f);
@@ -54,9 +54,9 @@ static ncclxResult_t agP2P(fuseOp* f, int direct) {
     if (t < n - 1) {
       ncclxXfer x[2];
       memset(x, 0, sizeof(x));
-      x[0] = (ncclxXfer){.peer = direct ? (r + t + 1) % n : (r + 1) % n, .isSend = 1,
-                         .buf = blockAt(f, direct ? r : j, 0), .bytes = blk};
-      x[1] = (ncclxXfer){.peer = direct ? incoming : (r - 1 + n) % n, .isSend = 0,
+      x[0] = (ncclxXfer){.peer = (r + t + 1) % n, .isSend = 1,
+                         .buf = blockAt(f, r, 0), .bytes = blk};
+      x[1] = (ncclxXfer){.peer = incoming, .isSend = 0,
                          .buf = blockAt(f, incoming, 0), .bytes = blk};
       fuseStepStart(f, x, 2);
     }
@@ -70,8 +70,8 @@ ncclxResult_t fuseAllGather(fuseOp* f) {
   switch (f->sched.algo) {
     case ncclxFuseSequential: return agSliced(f, 1);
     case ncclxFuseSliced: return agSliced(f, fuseSliceCount(f));
-    case ncclxFuseRingP2P: return agP2P(f, 0);
-    case ncclxFuseDirectP2P: return agP2P(f, 1);
+    case ncclxFuseRingP2P: return fusePipeAllGather(f);
+    case ncclxFuseDirectP2P: return agDirect(f);
     default: return ncclxSetError(ncclxInternalError, "%s: schedule %d", f->name, (int)f->sched.algo);
   }
 }

@@ -2,7 +2,8 @@
  * thread that handed it over computes.
  *
  * Helpers are pooled process-wide (a fused call borrows one and returns it), so a call
- * costs two condition-variable handshakes per step, not a thread creation. An idle helper
+ * costs condition-variable handshakes (one job per call for RING_P2P, one per step for the
+ * other schedules), not a thread creation. An idle helper
  * sleeps on its condition variable, and a waiting caller sleeps too: spinning briefly
  * before sleeping, on either side, made a step 2-4x slower on a 2-core machine (the
  * spinner holds the core that another rank's thread needs), so neither side spins.

@@ -8,6 +8,8 @@
 #ifndef NCCLX_COMMFUSE_INTERNAL_H
 #define NCCLX_COMMFUSE_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "comm.h"
@@ -15,9 +17,24 @@
 #include "ncclx/fuse.h"
 #include "xfer.h"
 
+typedef enum { FUSE_AG, FUSE_RS, FUSE_A2A } fuseKind;
+
+/* Piece counters shared by the executing thread and a helper running a whole pipelined
+ * ring (commfuse_pipe.c): each side publishes how far it got and sleeps, never spins,
+ * until the other gets far enough (one core per rank: spinning would steal it). */
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond; /* CLOCK_MONOTONIC */
+  atomic_long produced; /* pieces the executing thread has produced (RS) */
+  atomic_long moved;    /* pieces the helper has finished (sent/received, reduced) */
+  atomic_int ended;     /* the helper's job returned */
+  atomic_int sleepers;  /* threads in (or entering) a wait on cond */
+} fuseProgress;
+
 typedef struct fuseOp {
   struct ncclxComm* comm;
-  const char* name; /* "allgather-compute" / "compute-reducescatter", as in errors */
+  fuseKind kind;
+  const char* name; /* "allgather-compute" / "compute-reducescatter" / "alltoall-compute" */
   uint64_t seq;
   ncclxFuseSchedule_t sched; /* validated; sched.unit >= 1 */
   ncclxDataType_t type;
@@ -39,6 +56,9 @@ typedef struct fuseOp {
   size_t jobStride, jobOff, jobLen;
   char* jobDst;
   char* jobPartials; /* RS slice jobs: two pieces of jobLen bytes */
+  fuseProgress prog; /* RING_P2P pipelines */
+  char* pipeTmp[2];  /* RS pipeline: this rank's partials of steps t % 2 */
+  char* pipeAcc[2];  /* RS pipeline: partials received for steps t % 2 */
 } fuseOp;
 
 /* ---- steps (commfuse_steps.c) ---- */
@@ -68,4 +88,8 @@ int fuseSliceCount(const fuseOp* f);
 /* ---- schedules ---- */
 ncclxResult_t fuseAllGather(fuseOp* f);     /* commfuse_ag.c */
 ncclxResult_t fuseReduceScatter(fuseOp* f); /* commfuse_rs.c */
+ncclxResult_t fuseAllToAll(fuseOp* f);      /* commfuse_a2a.c */
+/* RING_P2P as one pipelined job on the helper (commfuse_pipe.c); p = sched.slices pieces. */
+ncclxResult_t fusePipeAllGather(fuseOp* f);
+ncclxResult_t fusePipeReduceScatter(fuseOp* f);
 #endif

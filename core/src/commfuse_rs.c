@@ -1,7 +1,7 @@
 /* CommFuse reduce-scatter schedules: all the compute then the ring collective
- * (SEQUENTIAL), slice by slice (SLICED), a partial that travels the ring and gains one
- * rank's contribution per step (RING_P2P), and partials sent straight to their owner
- * (DIRECT_P2P). The own block is always produced last: after it, only a local reduction
+ * (SEQUENTIAL), slice by slice (SLICED), and partials sent straight to their owner
+ * (DIRECT_P2P). RING_P2P, a partial that travels the ring and gains one rank's
+ * contribution per step, is a pipeline in commfuse_pipe.c. The own block is always produced last: after it, only a local reduction
  * remains for the P2P schedules. */
 #include <string.h>
 
@@ -49,35 +49,6 @@ static ncclxResult_t rsSliced(fuseOp* f, int k) {
   return finish(f);
 }
 
-/* RING_P2P: step t produces the partial for block b = r-t-1 while the partial of step t-1
- * goes to r+1 and the partial for b arrives from r-1; adds the two and sends the sum on.
- * At t = n-1, b = r: the sum is the result and nothing is sent. Producing into tmp, never
- * into the receive buffer, is what lets the compute run before the receive completes. */
-static ncclxResult_t rsRing(fuseOp* f) {
-  int n = f->comm->nranks, r = f->comm->rank;
-  size_t blk = f->count * f->typeSize, stride = align64(blk);
-  char* scratch = NULL;
-  if (n > 1) NCCLX_CHECK(fuseScratch(f, 3 * stride, &scratch));
-  char *tmp[2] = {scratch, scratch + stride}, *acc = scratch + 2 * stride;
-  for (int t = 0; t < n; t++) {
-    int b = (r - t - 1 + n) % n;
-    char* out = t == n - 1 ? (char*)f->recvbuff : tmp[t % 2];
-    NCCLX_CHECK(produceInto(f, b, 0, out, f->count));
-    if (t > 0) {
-      NCCLX_CHECK(fuseWait(f));
-      ncclxReduce2(out, out, acc, f->count, f->type, f->op);
-    }
-    if (t < n - 1) {
-      ncclxXfer x[2];
-      memset(x, 0, sizeof(x));
-      x[0] = (ncclxXfer){.peer = (r + 1) % n, .isSend = 1, .buf = out, .bytes = blk};
-      x[1] = (ncclxXfer){.peer = (r - 1 + n) % n, .isSend = 0, .buf = acc, .bytes = blk};
-      fuseStepStart(f, x, 2);
-    }
-  }
-  return finish(f);
-}
-
 /* DIRECT_P2P: step t produces the partial for block b = r+t+1 while the partial of step
  * t-1 goes straight to its owner and the partial for our block from r-t arrives; received
  * partials are summed as they come and added to the own partial (produced last) at the end.
@@ -113,7 +84,7 @@ ncclxResult_t fuseReduceScatter(fuseOp* f) {
   switch (f->sched.algo) {
     case ncclxFuseSequential: return rsSliced(f, 1);
     case ncclxFuseSliced: return rsSliced(f, fuseSliceCount(f));
-    case ncclxFuseRingP2P: return rsRing(f);
+    case ncclxFuseRingP2P: return fusePipeReduceScatter(f); /* commfuse_pipe.c */
     case ncclxFuseDirectP2P: return rsDirect(f);
     default: return ncclxSetError(ncclxInternalError, "%s: schedule %d", f->name, (int)f->sched.algo);
   }

@@ -111,7 +111,8 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   fill(w0, shard, 2, rank);
 
   ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL, NCCLX_FUSE_SLICED(2), NCCLX_FUSE_SLICED(4),
-                                  NCCLX_FUSE_RING_P2P, NCCLX_FUSE_DIRECT_P2P};
+                                  NCCLX_FUSE_RING_P2P, NCCLX_FUSE_RING_P2P_PIECES(4),
+                                  NCCLX_FUSE_DIRECT_P2P};
   int nsched = (int)(sizeof(scheds) / sizeof(scheds[0])), bad = 0;
   double* t = malloc(sizeof(double) * (size_t)s->steps);
   if (rank == 0)

@@ -113,7 +113,8 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   reference(s, rank, ref);
 
   ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL, NCCLX_FUSE_SLICED(2), NCCLX_FUSE_SLICED(4),
-                                  NCCLX_FUSE_RING_P2P, NCCLX_FUSE_DIRECT_P2P};
+                                  NCCLX_FUSE_RING_P2P, NCCLX_FUSE_RING_P2P_PIECES(4),
+                                  NCCLX_FUSE_DIRECT_P2P};
   int nsched = (int)(sizeof(scheds) / sizeof(scheds[0])), bad = 0;
   double* t = malloc(sizeof(double) * (size_t)s->iters);
   if (rank == 0)

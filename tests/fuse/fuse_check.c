@@ -4,7 +4,8 @@
  *
  *   fuse_check NP [--reduced]
  *
- * Checked per call: recvbuff equals ncclxAllGather / ncclxReduceScatter of the same data;
+ * Checked per call: recvbuff equals ncclxAllGather / ncclxReduceScatter / ncclxAllToAll of
+ * the same data;
  * every element is consumed or produced exactly once; callbacks come in the documented
  * order (own block first for all-gather, last for reduce-scatter); consume's pointer is
  * recvbuff at (srcRank, offset); nothing is written outside recvbuff. Also: in-place
@@ -24,11 +25,13 @@ typedef struct {
   size_t ts, count;
   ncclxRedOp_t op;
   ncclxFuseSchedule_t sched;
-  int slices; /* slices SLICED really uses */
+  int slices; /* slices SLICED (pieces RING_P2P) really uses */
+  int a2a;    /* the all-to-all is running: produce and consume both count */
   unsigned char* recv;
-  unsigned char* seen; /* AG: what consume saw, at its place */
+  unsigned char* seen; /* AG, A2A: what consume saw, at its place */
   int* hits;           /* per element of all blocks: callback coverage */
-  int calls;
+  int* consumeHits;    /* A2A: the same for consume */
+  int calls, consumeCalls;
   int orderErrors, ptrErrors, rangeErrors;
 } Ctx;
 
@@ -37,7 +40,7 @@ static int g_failures;
 static void fail(const Ctx* c, const char* what, const char* detail) {
   if (g_failures++ < 20)
     fprintf(stderr, "rank %d: FAIL %s: %s %s count %zu schedule %s(%d) unit %zu op %s: %s\n", c->rank,
-            what, c->seen ? "allgather" : "reducescatter", mpTypeName(c->type), c->count,
+            what, c->a2a ? "alltoall" : c->seen ? "allgather" : "reducescatter", mpTypeName(c->type), c->count,
             ncclxFuseAlgoName(c->sched.algo), c->sched.slices, c->sched.unit,
             c->seen ? "-" : mpOpName(c->op), detail);
 }
@@ -52,10 +55,13 @@ static double inputValue(int rank, int block, size_t idx, ncclxDataType_t t, ncc
   return mpIsSigned(t) ? (double)((int)(h % 9) - 4) : (double)(h % 9);
 }
 
-/* The block the c-th callback must be for. */
+/* The block the c-th callback must be for (ag: a consume; else a produce). SLICED goes
+ * slice by slice over the blocks, RING_P2P(p) block by block over its pieces. */
 static int expectedBlock(const Ctx* c, int ag, int call) {
-  int n = c->nranks, r = c->rank, t = call % n;
+  int n = c->nranks, r = c->rank;
+  int t = c->sched.algo == ncclxFuseRingP2P && !c->a2a ? call / c->slices : call % n;
   if (ag) return (r - t + n) % n;
+  if (c->a2a) return (r + t) % n;
   if (c->sched.algo == ncclxFuseDirectP2P) return (r + t + 1) % n;
   return (r - t - 1 + n) % n;
 }
@@ -66,12 +72,14 @@ static int consumeCb(void* user, int src, size_t off, const void* data, size_t c
     c->rangeErrors++;
     return 0;
   }
-  if (src != expectedBlock(c, 1, c->calls)) c->orderErrors++;
-  c->calls++;
+  int* calls = c->a2a ? &c->consumeCalls : &c->calls;
+  if (src != expectedBlock(c, 1, *calls)) c->orderErrors++;
+  (*calls)++;
   size_t at = ((size_t)src * c->count + off) * c->ts;
   if ((const unsigned char*)data != c->recv + at) c->ptrErrors++;
   memcpy(c->seen + at, data, count * c->ts);
-  for (size_t i = 0; i < count; i++) c->hits[(size_t)src * c->count + off + i]++;
+  int* hits = c->a2a ? c->consumeHits : c->hits;
+  for (size_t i = 0; i < count; i++) hits[(size_t)src * c->count + off + i]++;
   return 0;
 }
 
@@ -90,12 +98,12 @@ static int produceCb(void* user, int dst, size_t off, void* out, size_t count) {
   return 0;
 }
 
-static void checkCoverage(const Ctx* c, size_t blocks) {
+static void checkCoverage(const Ctx* c, const int* hits, size_t blocks) {
   for (size_t i = 0; i < blocks * c->count; i++)
-    if (c->hits[i] != 1) {
+    if (hits[i] != 1) {
       char msg[128];
       snprintf(msg, sizeof(msg), "element %zu of block %zu was passed to the callback %d times",
-               i % c->count, i / c->count, c->hits[i]);
+               i % c->count, i / c->count, hits[i]);
       fail(c, "coverage", msg);
       return;
     }
@@ -104,15 +112,17 @@ static void checkCoverage(const Ctx* c, size_t blocks) {
 static void checkCounters(const Ctx* c) {
   char msg[160];
   int expectCalls = c->nranks * c->slices;
-  if (c->orderErrors || c->ptrErrors || c->rangeErrors || c->calls != expectCalls) {
-    snprintf(msg, sizeof(msg), "%d calls (expected %d), %d out of order, %d wrong pointers, %d out of range",
-             c->calls, expectCalls, c->orderErrors, c->ptrErrors, c->rangeErrors);
+  int consumeExpect = c->a2a ? expectCalls : 0;
+  if (c->orderErrors || c->ptrErrors || c->rangeErrors || c->calls != expectCalls ||
+      c->consumeCalls != consumeExpect) {
+    snprintf(msg, sizeof(msg), "%d + %d calls (expected %d + %d), %d out of order, %d wrong pointers, %d out of range",
+             c->calls, c->consumeCalls, expectCalls, consumeExpect, c->orderErrors, c->ptrErrors, c->rangeErrors);
     fail(c, "callbacks", msg);
   }
 }
 
-static int slicesUsed(const ncclxFuseSchedule_t* s, size_t count) {
-  if (s->algo != ncclxFuseSliced) return 1;
+static int slicesUsed(const ncclxFuseSchedule_t* s, size_t count, int a2a) {
+  if (s->algo != ncclxFuseSliced && (s->algo != ncclxFuseRingP2P || a2a)) return 1;
   size_t units = count / (s->unit ? s->unit : 1);
   return units < (size_t)s->slices ? (units ? (int)units : 1) : s->slices;
 }
@@ -128,8 +138,8 @@ static void runAllGather(ncclxComm_t comm, Ctx* c, ncclxStream_t stream, int inP
   c->recv = recv.ptr;
   c->seen = calloc(1, total ? total : 1);
   c->hits = calloc((size_t)n * c->count + 1, sizeof(int));
-  c->calls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
-  c->slices = slicesUsed(&c->sched, c->count);
+  c->calls = c->consumeCalls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
+  c->slices = slicesUsed(&c->sched, c->count, 0);
   for (size_t i = 0; i < c->count; i++) mpSet(send, i, c->type, inputValue(c->rank, c->rank, i, c->type, ncclxSum));
   MP_CALL(c->rank, comm, ncclxAllGather(send, ref, c->count, c->type, comm, NULL));
   const void* src = send;
@@ -142,7 +152,7 @@ static void runAllGather(ncclxComm_t comm, Ctx* c, ncclxStream_t stream, int inP
   if (memcmp(recv.ptr, ref, total) != 0) fail(c, "result", "recvbuff differs from ncclxAllGather");
   if (memcmp(c->seen, ref, total) != 0) fail(c, "consumed data", "what consume saw differs from ncclxAllGather");
   if (mpBufGuardDamage(&recv)) fail(c, "guards", "bytes outside recvbuff were written");
-  checkCoverage(c, (size_t)n);
+  checkCoverage(c, c->hits, (size_t)n);
   checkCounters(c);
   free(send);
   free(ref);
@@ -163,8 +173,8 @@ static void runReduceScatter(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
   c->recv = recv.ptr;
   c->seen = NULL;
   c->hits = calloc((size_t)n * c->count + 1, sizeof(int));
-  c->calls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
-  c->slices = slicesUsed(&c->sched, c->count);
+  c->calls = c->consumeCalls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
+  c->slices = slicesUsed(&c->sched, c->count, 0);
   for (int b = 0; b < n; b++)
     for (size_t i = 0; i < c->count; i++)
       mpSet(send, (size_t)b * c->count + i, c->type, inputValue(c->rank, b, i, c->type, c->op));
@@ -180,12 +190,51 @@ static void runReduceScatter(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
     fail(c, "result", msg);
   }
   if (mpBufGuardDamage(&recv)) fail(c, "guards", "bytes outside recvbuff were written");
-  checkCoverage(c, (size_t)n);
+  checkCoverage(c, c->hits, (size_t)n);
   checkCounters(c);
   free(send);
   free(ref);
   free(c->hits);
   mpBufFree(&recv);
+}
+
+static void runAllToAll(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
+  int n = c->nranks;
+  size_t blk = c->count * c->ts, total = (size_t)n * blk;
+  unsigned char* send = malloc(total + 1);
+  unsigned char* ref = malloc(total + 1);
+  mpBuf recv;
+  mpBufAlloc(&recv, total, 7);
+  mpBufFillSentinel(&recv);
+  c->a2a = 1;
+  c->recv = recv.ptr;
+  c->seen = calloc(1, total + 1);
+  c->hits = calloc((size_t)n * c->count + 1, sizeof(int));
+  c->consumeHits = calloc((size_t)n * c->count + 1, sizeof(int));
+  c->calls = c->consumeCalls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
+  c->slices = slicesUsed(&c->sched, c->count, 1);
+  c->op = ncclxSum; /* inputValue's plain range */
+  for (int b = 0; b < n; b++)
+    for (size_t i = 0; i < c->count; i++)
+      mpSet(send, (size_t)b * c->count + i, c->type, inputValue(c->rank, b, i, c->type, ncclxSum));
+  MP_CALL(c->rank, comm, ncclxAllToAll(send, ref, c->count, c->type, comm, NULL));
+  MP_CALL(c->rank, comm, ncclxAllToAllCompute(produceCb, consumeCb, c, recv.ptr, c->count, c->type, c->sched, comm, stream));
+  if (stream) MP_CALL(c->rank, comm, ncclxStreamSynchronize(stream));
+  if (memcmp(recv.ptr, ref, total) != 0) fail(c, "result", "recvbuff differs from ncclxAllToAll");
+  if (memcmp(c->seen, ref, total) != 0) fail(c, "consumed data", "what consume saw differs from ncclxAllToAll");
+  if (mpBufGuardDamage(&recv)) fail(c, "guards", "bytes outside recvbuff were written");
+  checkCoverage(c, c->hits, (size_t)n);
+  checkCoverage(c, c->consumeHits, (size_t)n);
+  checkCounters(c);
+  free(send);
+  free(ref);
+  free(c->seen);
+  free(c->hits);
+  free(c->consumeHits);
+  mpBufFree(&recv);
+  c->seen = NULL;
+  c->consumeHits = NULL;
+  c->a2a = 0;
 }
 
 /* Bad arguments fail with ncclxInvalidArgument and leave the communicator usable. */
@@ -194,7 +243,7 @@ static void checkBadArgs(ncclxComm_t comm, Ctx* c) {
   struct {
     const char* what;
     ncclxResult_t res;
-  } cases[5];
+  } cases[7];
   ncclxFuseSchedule_t badAlgo = NCCLX_FUSE_RING_P2P, badSlices = NCCLX_FUSE_SLICED(0),
                       badUnit = NCCLX_FUSE_RING_P2P;
   badAlgo.algo = (ncclxFuseAlgo_t)42;
@@ -209,7 +258,11 @@ static void checkBadArgs(ncclxComm_t comm, Ctx* c) {
   cases[3].res = ncclxComputeReduceScatter(produceCb, c, buf, 4, ncclxInt8, ncclxSum, badUnit, comm, NULL);
   cases[4].what = "reduction op 99";
   cases[4].res = ncclxComputeReduceScatter(produceCb, c, buf, 1, ncclxInt8, (ncclxRedOp_t)99, NCCLX_FUSE_RING_P2P, comm, NULL);
-  for (int i = 0; i < 5; i++)
+  cases[5].what = "RING_P2P with 0 pieces";
+  cases[5].res = ncclxAllGatherCompute(buf, buf, 1, ncclxInt8, consumeCb, c, NCCLX_FUSE_RING_P2P_PIECES(0), comm, NULL);
+  cases[6].what = "NULL produce (all-to-all)";
+  cases[6].res = ncclxAllToAllCompute(NULL, consumeCb, c, buf, 1, ncclxInt8, NCCLX_FUSE_RING_P2P, comm, NULL);
+  for (int i = 0; i < 7; i++)
     if (cases[i].res != ncclxInvalidArgument) fail(c, "bad arguments", cases[i].what);
   MP_CALL(c->rank, comm, ncclxBarrier(comm, NULL));
 }
@@ -237,7 +290,8 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   int nops = a->reduced ? 2 : 5;
   static const size_t counts[] = {1, 37, 1000};
   ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL, NCCLX_FUSE_SLICED(1), NCCLX_FUSE_SLICED(2),
-                                  NCCLX_FUSE_SLICED(3), NCCLX_FUSE_RING_P2P, NCCLX_FUSE_DIRECT_P2P};
+                                  NCCLX_FUSE_SLICED(3), NCCLX_FUSE_RING_P2P, NCCLX_FUSE_RING_P2P_PIECES(3),
+                                  NCCLX_FUSE_DIRECT_P2P};
   int nscheds = (int)(sizeof(scheds) / sizeof(scheds[0]));
 
   for (int ti = 0; ti < ntypes; ti++)
@@ -249,6 +303,8 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
         c.sched = scheds[si];
         c.sched.unit = c.count % 8 == 0 ? 8 : 1; /* row-like slicing where it divides */
         runAllGather(comm, &c, NULL, 0);
+        /* The all-to-all only moves bytes: every element size at one count is enough. */
+        if (ci == 1 || c.type == ncclxFloat32) runAllToAll(comm, &c, NULL);
         for (int oi = 0; oi < nops; oi++) {
           c.op = ops[oi];
           runReduceScatter(comm, &c, NULL);
@@ -265,17 +321,25 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
     c.sched.unit = 0;
     runAllGather(comm, &c, NULL, si % 2);
     runReduceScatter(comm, &c, NULL);
+    runAllToAll(comm, &c, NULL);
   }
   c.count = 999;
   c.sched = NCCLX_FUSE_RING_P2P;
   runAllGather(comm, &c, stream, 1);
   c.sched = NCCLX_FUSE_SLICED(4);
   runReduceScatter(comm, &c, stream);
+  c.sched = NCCLX_FUSE_RING_P2P_PIECES(4);
+  runReduceScatter(comm, &c, stream);
+  runAllToAll(comm, &c, stream);
   c.sched = NCCLX_FUSE_RING_P2P;
   c.sched.linkBytesPerSec = 1e9;
   runAllGather(comm, &c, NULL, 0);
   c.sched.algo = ncclxFuseDirectP2P;
   runReduceScatter(comm, &c, NULL);
+  c.sched = NCCLX_FUSE_RING_P2P_PIECES(5);
+  c.sched.linkBytesPerSec = 1e9;
+  runReduceScatter(comm, &c, NULL);
+  runAllToAll(comm, &c, NULL);
 
   /* count 0: no callbacks, success. */
   c.count = 0;
@@ -283,6 +347,7 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   c.calls = 0;
   MP_CALL(rank, comm, ncclxAllGatherCompute(NULL, NULL, 0, ncclxFloat32, consumeCb, &c, c.sched, comm, NULL));
   MP_CALL(rank, comm, ncclxComputeReduceScatter(produceCb, &c, NULL, 0, ncclxFloat32, ncclxSum, c.sched, comm, NULL));
+  MP_CALL(rank, comm, ncclxAllToAllCompute(produceCb, consumeCb, &c, NULL, 0, ncclxFloat32, c.sched, comm, NULL));
   if (c.calls != 0) fail(&c, "count 0", "a callback was called");
 
   checkBadArgs(comm, &c);
@@ -309,7 +374,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < np; r++) mpJobSpawn(&job, r, rankMain, id, &a);
   int ranks[MP_MAX_RANKS];
   for (int r = 0; r < np; r++) ranks[r] = r;
-  int stuck = mpJobWait(&job, ranks, np, start + 100);
+  int stuck = mpJobWait(&job, ranks, np, start + 140); /* CTest's TIMEOUT is 150 */
   int bad = 0;
   char why[64];
   for (int r = 0; r < np; r++)

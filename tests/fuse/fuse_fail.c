@@ -2,7 +2,7 @@
  *
  *   fuse_fail NP
  *
- * For all-gather and reduce-scatter, every schedule, and a failure at the first or at the
+ * For all-gather, reduce-scatter and all-to-all, every schedule, and a failure at the first or at the
  * last callback: NP forked ranks make one good fused call, then one where rank 1 % NP's
  * callback returns -7 at that point. Expected:
  *   - the failing rank gets ncclxInvalidUsage, with "callback returned -7" in
@@ -25,8 +25,10 @@
 #define COUNT 4096
 #define MAX_SEC 8.0
 
+enum { OP_RS, OP_AG, OP_A2A };
+
 typedef struct {
-  int ag;
+  int ag; /* OP_RS, OP_AG or OP_A2A */
   ncclxFuseSchedule_t sched;
   int failRank, failCall; /* failCall -1: the last callback */
 } Scenario;
@@ -37,7 +39,9 @@ typedef struct {
 } Ctx;
 
 static int shouldFail(Ctx* c) {
-  int total = c->nranks * (c->sc->sched.algo == ncclxFuseSliced ? c->sc->sched.slices : 1);
+  ncclxFuseAlgo_t algo = c->sc->sched.algo;
+  int pieces = algo == ncclxFuseSliced || (algo == ncclxFuseRingP2P && c->sc->ag != OP_A2A) ? c->sc->sched.slices : 1;
+  int total = c->nranks * pieces * (c->sc->ag == OP_A2A ? 2 : 1); /* A2A: produce and consume */
   int at = c->sc->failCall >= 0 ? c->sc->failCall : total - 1;
   return c->armed && c->rank == c->sc->failRank && c->calls++ == at;
 }
@@ -54,7 +58,9 @@ static int produceCb(void* user, int dst, size_t off, void* out, size_t count) {
 }
 
 static ncclxResult_t fused(Ctx* c, ncclxComm_t comm, float* send, float* recv) {
-  if (c->sc->ag)
+  if (c->sc->ag == OP_A2A)
+    return ncclxAllToAllCompute(produceCb, consumeCb, c, recv, COUNT, ncclxFloat32, c->sc->sched, comm, NULL);
+  if (c->sc->ag == OP_AG)
     return ncclxAllGatherCompute(send, recv, COUNT, ncclxFloat32, consumeCb, c, c->sc->sched, comm, NULL);
   return ncclxComputeReduceScatter(produceCb, c, recv, COUNT, ncclxFloat32, ncclxSum, c->sc->sched, comm, NULL);
 }
@@ -132,7 +138,7 @@ static int runScenario(int np, const Scenario* sc) {
     }
   if (stuck) mpJobKillRest(&job);
   printf("%-14s %-11s(%d) fails at %-5s callback of rank %d: %s (%.2f s)\n",
-         sc->ag ? "allgather" : "reducescatter", ncclxFuseAlgoName(sc->sched.algo), sc->sched.slices,
+         sc->ag == OP_A2A ? "alltoall" : sc->ag == OP_AG ? "allgather" : "reducescatter", ncclxFuseAlgoName(sc->sched.algo), sc->sched.slices,
          sc->failCall < 0 ? "last" : "first", sc->failRank, bad ? "FAILED" : "ok", mpNow() - start);
   fflush(stdout);
   return bad;
@@ -145,9 +151,9 @@ int main(int argc, char** argv) {
   }
   int np = atoi(argv[1]), failures = 0, runs = 0;
   ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL, NCCLX_FUSE_SLICED(3), NCCLX_FUSE_RING_P2P,
-                                  NCCLX_FUSE_DIRECT_P2P};
-  for (int ag = 1; ag >= 0; ag--)
-    for (int s = 0; s < 4; s++)
+                                  NCCLX_FUSE_RING_P2P_PIECES(3), NCCLX_FUSE_DIRECT_P2P};
+  for (int ag = OP_A2A; ag >= OP_RS; ag--)
+    for (int s = 0; s < 5; s++)
       for (int last = 0; last < 2; last++) {
         Scenario sc = {.ag = ag, .sched = scheds[s], .failRank = 1 % np, .failCall = last ? -1 : 0};
         failures += runScenario(np, &sc);

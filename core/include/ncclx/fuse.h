@@ -10,7 +10,10 @@
  *                              as soon as it is here (own block first, no wait at the head);
  *   ncclxComputeReduceScatter: call produce() for each destination block and reduce the
  *                              partials across ranks (own block last, nothing left to send
- *                              after the last compute: no tail).
+ *                              after the last compute: no tail);
+ *   ncclxAllToAllCompute:      produce() each rank's block, exchange them pairwise, and
+ *                              consume() each received block while the next one moves
+ *                              (Ulysses sequence <-> head re-layout).
  *
  * The schedule picks how communication and computation interleave, so benchmarks compare
  * methods on the same transport:
@@ -53,8 +56,12 @@ typedef enum {
 
 typedef struct {
   ncclxFuseAlgo_t algo;
-  /* SLICED only: the number of slices k >= 1 per block (fewer when a block has fewer than
-   * k units). SLICED(1) is SEQUENTIAL. */
+  /* SLICED: the number of slices k >= 1 per block (fewer when a block has fewer than
+   * k units). SLICED(1) is SEQUENTIAL.
+   * RING_P2P (all-gather and reduce-scatter): the number of pieces p >= 1 each block is
+   * cut into inside the ring pipeline, so a received block is consumed (or a partial is
+   * forwarded) piece by piece as it arrives; p = 1 moves whole blocks. Other schedules
+   * ignore it. */
   int slices;
   /* Slices are cut at multiples of `unit` elements (a matrix row, say); 0 means 1. Every
    * schedule requires the block count to be a multiple of unit. */
@@ -68,21 +75,24 @@ typedef struct {
 #define NCCLX_FUSE_SEQUENTIAL ((ncclxFuseSchedule_t){ncclxFuseSequential, 1, 0, 0.0})
 #define NCCLX_FUSE_SLICED(k) ((ncclxFuseSchedule_t){ncclxFuseSliced, (k), 0, 0.0})
 #define NCCLX_FUSE_RING_P2P ((ncclxFuseSchedule_t){ncclxFuseRingP2P, 1, 0, 0.0})
+#define NCCLX_FUSE_RING_P2P_PIECES(p) ((ncclxFuseSchedule_t){ncclxFuseRingP2P, (p), 0, 0.0})
 #define NCCLX_FUSE_DIRECT_P2P ((ncclxFuseSchedule_t){ncclxFuseDirectP2P, 1, 0, 0.0})
 
 /* Called for elements [offset, offset+count) of the block of rank srcRank, which `data`
  * holds (it points into recvbuff) and which stays unchanged until the call returns.
- * RING_P2P, DIRECT_P2P and SEQUENTIAL call it once per rank with offset 0 and the whole
- * block, in the order r, r-1, ..., r+1 (mod nranks) on rank r; SLICED calls it once per
- * slice and rank, slices in order, ranks in that same order. Return 0, or non-zero to abort. */
+ * DIRECT_P2P and SEQUENTIAL call it once per rank with offset 0 and the whole block, in
+ * the order r, r-1, ..., r+1 (mod nranks) on rank r; RING_P2P(p) once per piece, pieces
+ * in order, ranks in that order; SLICED once per slice and rank, slices in order, ranks
+ * in that same order. Return 0, or non-zero to abort. */
 typedef int (*ncclxFuseConsumeFn)(void* user, int srcRank, size_t offset, const void* data,
                                   size_t count);
 
 /* Write this rank's contribution to elements [offset, offset+count) of the block that rank
  * dstRank owns into `out` (library staging, or recvbuff for the own block; the library may
  * send it right after return). RING_P2P and SEQUENTIAL call it in the order r-1, r-2, ...,
- * r on rank r, DIRECT_P2P in the order r+1, r+2, ..., r, SLICED once per slice in the
- * RING_P2P order. Return 0, or non-zero to abort. */
+ * r on rank r (RING_P2P(p): once per piece, pieces in order), DIRECT_P2P in the order
+ * r+1, r+2, ..., r, SLICED once per slice in the SEQUENTIAL order. Return 0, or non-zero
+ * to abort. */
 typedef int (*ncclxFuseProduceFn)(void* user, int dstRank, size_t offset, void* out,
                                   size_t count);
 
@@ -99,6 +109,20 @@ ncclxResult_t ncclxComputeReduceScatter(ncclxFuseProduceFn produce, void* user, 
                                         size_t recvcount, ncclxDataType_t datatype,
                                         ncclxRedOp_t op, ncclxFuseSchedule_t schedule,
                                         ncclxComm_t comm, ncclxStream_t stream);
+
+/* All-to-all of blocks computed by produce, each received block consumed as it arrives.
+ * On rank r, produce(user, d, off, out, n) writes the block this rank sends to rank d
+ * (d = r, r+1, ..., r-1); recvbuff (nranks * count elements) ends with block s = what rank
+ * s produced for r, exactly as ncclxAllToAll of the produced blocks; consume (may be NULL)
+ * gets block s once it is in recvbuff, in the order r, r-1, ..., r+1. RING_P2P and
+ * DIRECT_P2P both run pairwise steps (step t sends to r+t and receives from r-t) and call
+ * produce for step t+1 and consume for step t-1 while step t moves; SEQUENTIAL produces
+ * all, exchanges, consumes all; SLICED(k) does that per slice, slice s exchanged while
+ * slice s+1 is produced and slice s-1 consumed. */
+ncclxResult_t ncclxAllToAllCompute(ncclxFuseProduceFn produce, ncclxFuseConsumeFn consume,
+                                   void* user, void* recvbuff, size_t count,
+                                   ncclxDataType_t datatype, ncclxFuseSchedule_t schedule,
+                                   ncclxComm_t comm, ncclxStream_t stream);
 
 /* "sequential", "sliced", "ring_p2p", "direct_p2p"; "unknown" otherwise. */
 const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo);
