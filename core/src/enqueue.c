@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "gpu.h"
+#include "mismatch.h"
 #include "prof.h"
 #include "stream.h"
 #include "tune.h"
@@ -61,6 +62,7 @@ static ncclxResult_t checkCount(struct ncclxComm* comm, size_t count, size_t mul
 
 /* Device buffers need a CUDA build on a machine with a usable device. */
 static ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const void* send, const void* recv) {
+  if (!gpuDriverLoaded()) return ncclxSuccess; /* no driver, no device memory */
   char msg[512];
   ncclxResult_t res = gpuCheckBuffer(fn, "sendbuff", send, msg, sizeof msg);
   if (res == ncclxSuccess) res = gpuCheckBuffer(fn, "recvbuff", recv, msg, sizeof msg);
@@ -124,18 +126,27 @@ static ncclxResult_t execColl(struct ncclxOp* op) {
          collFuncName(op->coll.coll), (unsigned long long)seq, op->coll.count,
          ncclxTypeName(op->coll.datatype), ncclxOpName(op->coll.op), op->coll.root, comm->name,
          comm->nranks, ncclxAlgoName(op->coll.algo), ncclxProtoName(op->coll.proto));
-    void* ev = profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)
+    /* STEP and NET events need their operation as parent: emit it for them too. */
+    void* ev = profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP | NCCLX_PROFILE_NET)
                    ? profCollStart(comm, &op->coll, seq, op->stream)
                    : NULL;
     comm->curProfEvent = ev;
-    /* The progress engine and the algorithms chunk by comm->chunkBytes: lend it the
-     * tuner's choice for this call. */
-    size_t defaultChunk = comm->chunkBytes;
-    comm->chunkBytes = op->coll.chunkBytes;
-    res = gpuCollRun(comm, &op->coll);
-    comm->chunkBytes = defaultChunk;
+    /* Only with net events on: a thread-local costs a call in a shared library. */
+    int netOn = profEnabled(comm, NCCLX_PROFILE_NET);
+    struct ncclxComm* netScope = netOn ? profNetScope(comm) : NULL;
+    /* [core] check_mismatch: agree on the call before moving any data. */
+    if (mismatchEnabled()) res = mismatchCheck(comm, &op->coll, seq);
+    if (res == ncclxSuccess) {
+      /* The progress engine and the algorithms chunk by comm->chunkBytes: lend it the
+       * tuner's choice for this call. */
+      size_t defaultChunk = comm->chunkBytes;
+      comm->chunkBytes = op->coll.chunkBytes;
+      res = gpuCollRun(comm, &op->coll);
+      comm->chunkBytes = defaultChunk;
+    }
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
     profStop(comm, ev);
+    if (netOn) profNetScope(netScope);
     comm->curProfEvent = NULL;
     comm->curOpName = NULL;
   }
@@ -179,12 +190,16 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
       uint64_t seq = ++op->comm->p2pSeq;
       x[i] = (ncclxXfer){.comm = op->comm, .peer = op->peer, .isSend = op->kind == OP_SEND,
                          .buf = op->buf, .bytes = op->count * ncclxTypeSize(op->type)};
-      if (profEnabled(op->comm, NCCLX_PROFILE_P2P | NCCLX_PROFILE_STEP))
+      if (profEnabled(op->comm, NCCLX_PROFILE_P2P | NCCLX_PROFILE_STEP | NCCLX_PROFILE_NET))
         events[i] = profP2pStart(op->comm, op->kind == OP_SEND, op->buf, op->count, op->type, op->peer, seq);
       /* A group's steps hang under its first operation on each communicator. */
       if (!op->comm->curProfEvent) op->comm->curProfEvent = events[i];
     }
+    /* Net events of a group that spans communicators go to the first one's profiler. */
+    int netOn = profEnabled(ops[0]->comm, NCCLX_PROFILE_NET);
+    struct ncclxComm* netScope = netOn ? profNetScope(ops[0]->comm) : NULL;
     res = gpuXferRun(ops[0]->comm, x, n);
+    if (netOn) profNetScope(netScope);
     for (int i = 0; i < n; i++) {
       if (res != ncclxSuccess) profFailed(ops[i]->comm, events[i], res, ncclxThreadLastError());
       profStop(ops[i]->comm, events[i]);
@@ -264,6 +279,9 @@ static ncclxResult_t enqueueList(ncclxStream_t stream, struct ncclxOp* ops) {
 static _Thread_local int groupDepth;
 static _Thread_local struct ncclxOp* groupHead;
 static _Thread_local struct ncclxOp* groupTail;
+
+/* alltoallv_dynamic.c refuses grouped dynamic calls. */
+int enqueueGroupDepth(void) { return groupDepth; }
 
 API ncclxResult_t ncclxGroupStart(void) {
   groupDepth++;

@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "debug.h"
+#include "prof.h"
 
 #ifndef NCCLX_PLUGIN_DIR_BUILD
 #define NCCLX_PLUGIN_DIR_BUILD ""
@@ -101,19 +102,12 @@ const char* ncclxProfilerValidate(const ncclxProfiler_t* prof) {
 
 /* ---------- environment for plugins ---------- */
 
-static ncclxResult_t noProfiler(void** eHandle, int type, void* parentHandle, int64_t pluginId,
-                                void* extData) {
-  (void)parentHandle, (void)pluginId, (void)extData;
-  if (eHandle != NULL && type == NCCLX_PROFILER_NET_START) *eHandle = NULL;
-  return ncclxSuccess;
-}
-
 void ncclxPluginEnvFill(ncclxPluginEnv_t* env, const char* section) {
   env->version = NCCLX_PLUGIN_ENV_VERSION;
   env->log = ncclxLog;
   env->config = &ncclxConfigApi;
   env->section = ncclxConfigSection(section ? section : "");
-  env->profiler = noProfiler;
+  env->profiler = profNetEvent; /* prof.c: routes to the active profiler, a no-op without one */
 }
 
 /* ---------- finding and opening a shared object ---------- */

@@ -10,6 +10,12 @@
 #include "tune.h"
 
 int ncclxProfilerMask;
+_Thread_local struct ncclxComm* profNetComm;
+
+/* The loaded profiler while any communicator uses it, for net events that stop on a thread
+ * with no operation in scope (all communicators share the one loaded plugin). */
+static const ncclxProfiler_t* netProfiler;
+static int netProfilerUsers;
 
 void profCommInit(struct ncclxComm* comm) {
   const ncclxProfiler_t* prof = NULL;
@@ -32,12 +38,16 @@ void profCommInit(struct ncclxComm* comm) {
   }
   comm->profiler = prof;
   comm->profilerCtx = ctx;
+  __atomic_store_n(&netProfiler, prof, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&netProfilerUsers, 1, __ATOMIC_ACQ_REL);
   INFO(NCCLX_LOG_PROFILE, "profiler '%s' active, mask 0x%x", prof->name,
        (unsigned)__atomic_load_n(&ncclxProfilerMask, __ATOMIC_RELAXED));
 }
 
 void profCommFinalize(struct ncclxComm* comm) {
   if (!comm->profiler) return;
+  if (__atomic_sub_fetch(&netProfilerUsers, 1, __ATOMIC_ACQ_REL) == 0)
+    __atomic_store_n(&netProfiler, NULL, __ATOMIC_RELEASE);
   comm->profiler->finalize(comm->profilerCtx);
   comm->profiler = NULL;
   comm->profilerCtx = NULL;
@@ -94,4 +104,34 @@ void profFailed(struct ncclxComm* comm, void* handle, ncclxResult_t res, const c
   if (!handle || !comm->profiler) return;
   ncclxProfilerStateArgs_v1_t args = {.result = res, .message = message};
   comm->profiler->recordEventState(handle, NCCLX_PROFILE_STATE_FAILED, &args);
+}
+
+ncclxResult_t profNetEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData) {
+  if (eHandle == NULL) return ncclxInvalidArgument;
+  if (type == NCCLX_PROFILER_NET_START) {
+    *eHandle = NULL;
+    struct ncclxComm* comm = profNetComm;
+    if (comm == NULL || !profEnabled(comm, NCCLX_PROFILE_NET)) return ncclxSuccess;
+    ncclxProfilerEventDescr_v1_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = NCCLX_PROFILE_NET;
+    d.parent = parentHandle ? parentHandle : comm->curProfEvent;
+    d.rank = comm->rank;
+    d.net.pluginId = pluginId;
+    d.net.data = extData;
+    if (comm->profiler->startEvent(comm->profilerCtx, eHandle, &d) != ncclxSuccess) *eHandle = NULL;
+    return ncclxSuccess;
+  }
+  if (type != NCCLX_PROFILER_NET_STOP && type != NCCLX_PROFILER_NET_UPDATE) return ncclxInvalidArgument;
+  if (*eHandle == NULL) return ncclxSuccess; /* dropped at START */
+  const ncclxProfiler_t* prof = __atomic_load_n(&netProfiler, __ATOMIC_ACQUIRE);
+  if (prof == NULL) return ncclxSuccess;
+  if (type == NCCLX_PROFILER_NET_STOP) {
+    prof->stopEvent(*eHandle);
+    *eHandle = NULL;
+  } else {
+    ncclxProfilerStateArgs_v1_t args = {.netData = extData};
+    prof->recordEventState(*eHandle, NCCLX_PROFILE_STATE_PROGRESS, &args);
+  }
+  return ncclxSuccess;
 }

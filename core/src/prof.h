@@ -20,5 +20,19 @@ void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* args, uint64_t 
 void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
                    ncclxDataType_t type, int peer, uint64_t seq);
 void profStop(struct ncclxComm* comm, void* handle);
+
+/* Network plugin events (env->profiler of every plugin). A net plugin's START is routed to
+ * the profiler of the communicator whose operation the calling thread is running (set by
+ * profNetScope), as a NET event under parentHandle (the STEP handle the core passed as
+ * phandle) or, when that is NULL, under the running operation. STOP and UPDATE may come
+ * from any thread. Events from a thread running no operation are dropped (*eHandle = NULL). */
+ncclxResult_t profNetEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData);
+extern _Thread_local struct ncclxComm* profNetComm;
+/* Around an operation's transfers: returns the previous scope, to restore afterwards. */
+static inline struct ncclxComm* profNetScope(struct ncclxComm* comm) {
+  struct ncclxComm* prev = profNetComm;
+  profNetComm = comm;
+  return prev;
+}
 void profFailed(struct ncclxComm* comm, void* handle, ncclxResult_t res, const char* message);
 #endif

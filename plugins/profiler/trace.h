@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "ncclx/profiler.h"
+#include "trace_clock.h"
 
 #define TRACE_PATH_MAX 4096
 #define TRACE_RECENT 64       /* completed operations kept for dumps and mismatch checks */
@@ -79,7 +80,9 @@ static inline const char* traceNameText(const TraceNames* t, uint8_t id) { retur
 /* ---------------------------------------------------------------- records */
 
 /* One finished event, as written to the trace. STEP records carry their parent's func and
- * seq so that a transfer can be read without its operation. The layout is also the spool
+ * seq so that a transfer can be read without its operation; NET records (a network plugin's
+ * own events) carry their operation's func and seq, their STEP's peer, direction, bytes and
+ * index when nested under one, and the plugin's id in `count`. The layout is also the spool
  * file's record format (64 bytes, little-endian; tools/ncclx-analyze decodes it). */
 typedef struct {
   uint64_t seq;
@@ -96,7 +99,7 @@ typedef struct {
   uint8_t op;
   uint8_t algo; /* STEP: the transport */
   uint8_t proto;
-  uint8_t pad;
+  uint8_t parent; /* NET: NCCLX_PROFILE_* type of the parent event, 0 when none */
 } TraceRecord;
 _Static_assert(sizeof(TraceRecord) == 64, "TraceRecord is the spool's record format");
 
@@ -208,8 +211,6 @@ static inline void traceLock(TraceComm* c) {
 }
 static inline void traceUnlock(TraceComm* c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
 
-/* Monotonic nanoseconds. */
-uint64_t traceNowNs(void);
 /* "profiler trace: ..." through the core's logger. */
 void traceLog(const ncclxPluginEnv_t* env, ncclxLogLevel_t level, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));

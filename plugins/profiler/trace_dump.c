@@ -9,7 +9,8 @@
 #include "trace.h"
 #include "trace_buf.h"
 
-static double ms(uint64_t ns) { return (double)ns / 1e6; }
+/* A difference of two clock reads; a read racing the clock's recalibration may be a hair early. */
+static double ms(uint64_t ns) { return (int64_t)ns < 0 ? 0.0 : (double)ns / 1e6; }
 
 static void putOp(TraceBuf* b, const TraceComm* c, const TraceRecord* r, uint64_t now, int inflight) {
   int coll = r->type == NCCLX_PROFILE_COLL;

@@ -73,6 +73,7 @@ static void* threadMain(void* arg) {
       while ((n = read(wakePipe[0], buf, sizeof(buf))) > 0)
         for (ssize_t i = 0; i < n; i++) sig |= buf[i] == 'S';
     }
+    traceClockRefine(); /* keeps the tick clock on CLOCK_MONOTONIC between hot-path refreshes */
     pthread_mutex_lock(&listLock);
     int quit = stopping;
     uint64_t now = traceNowNs();

@@ -154,8 +154,10 @@ void traceMetricsReport(TraceComm* c) {
   }
   char path[TRACE_PATH_MAX + 64];
   tracePathFor(c, "metrics", "jsonl", path, sizeof(path));
-  if (tbWriteFile(&b, path) != 0)
+  /* A communicator that ran nothing leaves no file (an empty one reads as a crashed writer). */
+  if (n > 0 && tbWriteFile(&b, path) != 0)
     traceLog(&c->env, NCCLX_LOG_WARN, "cannot write %s: %s", path, b.oom ? "out of memory" : strerror(errno));
+  if (n == 0) snprintf(path, sizeof(path), "none written");
   tbFree(&b);
 
   if (c->cfg.summary == TRACE_SUMMARY_NONE) return;

@@ -1,7 +1,9 @@
 /* The per-rank Chrome trace (Trace Event Format, JSON array form, one event per line),
  * written from the binary spool at finalize (see trace_spool.c for why).
  *
- * Tracks (tid): 0 = operations, 1 + 2*peer = sends to peer, 2 + 2*peer = receives from it.
+ * Tracks (tid): 0 = operations, 1 + 2*peer = sends to peer, 2 + 2*peer = receives from it;
+ * network plugin events: 1 + 2*nranks + 2*peer (+1 for receives) per peer and direction,
+ * 1 + 4*nranks for those with no peer.
  * Slices on one track must not partly overlap for the viewers, so a slice starts no earlier
  * than the previous one on its track ended (transfers to one peer complete in order);
  * the true start is kept in args.start_us. args.status is "failed" for a failed event and
@@ -59,6 +61,17 @@ static inline char* putInt(char* p, int v) {
   return putU64(p, (uint64_t)v);
 }
 
+static inline char* putHex(char* p, uint64_t v) {
+  char tmp[16];
+  int n = 16;
+  do {
+    tmp[--n] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v);
+  memcpy(p, tmp + n, (size_t)(16 - n));
+  return p + (16 - n);
+}
+
 /* Nanoseconds as microseconds with three decimals. */
 static inline char* putUs(char* p, uint64_t ns) {
   p = putU64(p, ns / 1000);
@@ -86,11 +99,15 @@ static inline char* putName(char* p, const TraceNames* t, uint8_t id) {
 static uint64_t toReal(const TraceComm* c, uint64_t monoNs) { return (uint64_t)((int64_t)monoNs + c->realOffsetNs); }
 
 static int trackOf(const TraceComm* c, const TraceRecord* r) {
-  if (r->type != NCCLX_PROFILE_STEP || r->peer < 0 || r->peer >= c->nranks) return 0;
+  int hasPeer = r->peer >= 0 && r->peer < c->nranks;
+  if (r->type == NCCLX_PROFILE_NET)
+    return hasPeer ? 1 + 2 * c->nranks + 2 * r->peer + (r->isSend ? 0 : 1) : 1 + 4 * c->nranks;
+  if (r->type != NCCLX_PROFILE_STEP || !hasPeer) return 0;
   return 1 + 2 * r->peer + (r->isSend ? 0 : 1);
 }
 
 static char* putTrackName(TraceComm* c, char* p, int tid, int peer, int isSend) {
+  int net = tid > 2 * c->nranks;
   if (c->traceEvents++) p = LIT(p, ",\n");
   p = LIT(p, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
   p = putInt(p, c->rank);
@@ -98,6 +115,12 @@ static char* putTrackName(TraceComm* c, char* p, int tid, int peer, int isSend) 
   p = putInt(p, tid);
   if (tid == 0) {
     p = LIT(p, ",\"args\":{\"name\":\"operations\"}}");
+  } else if (tid == 1 + 4 * c->nranks) {
+    p = LIT(p, ",\"args\":{\"name\":\"net plugin\"}}");
+  } else if (net) {
+    p = isSend ? LIT(p, ",\"args\":{\"name\":\"net send to peer ") : LIT(p, ",\"args\":{\"name\":\"net recv from peer ");
+    p = putInt(p, peer);
+    p = LIT(p, "\"}}");
   } else {
     p = isSend ? LIT(p, ",\"args\":{\"name\":\"send to peer ") : LIT(p, ",\"args\":{\"name\":\"recv from peer ");
     p = putInt(p, peer);
@@ -139,6 +162,11 @@ static char* putRecord(TraceComm* c, char* p, const TraceRecord* r) {
       p = r->isSend ? LIT(p, "send ") : LIT(p, "recv ");
       p = putU64(p, r->bytes);
       p = LIT(p, " B\",\"cat\":\"step\"");
+      break;
+    case NCCLX_PROFILE_NET:
+      p = LIT(p, "net 0x");
+      p = putHex(p, r->count);
+      p = LIT(p, "\",\"cat\":\"net\"");
       break;
     default:
       p = putChars(p, &c->names, r->func);
@@ -200,6 +228,31 @@ static char* putRecord(TraceComm* c, char* p, const TraceRecord* r) {
       p = putInt(p, r->step);
       p = LIT(p, ",\"transport\":");
       p = NAME(p, r->algo);
+      break;
+    case NCCLX_PROFILE_NET:
+      p = LIT(p, "\"plugin_id\":");
+      p = putU64(p, r->count);
+      p = LIT(p, ",\"parent\":");
+      p = r->parent == NCCLX_PROFILE_STEP ? LIT(p, "\"step\"")
+          : r->parent == NCCLX_PROFILE_COLL ? LIT(p, "\"coll\"")
+          : r->parent == NCCLX_PROFILE_P2P ? LIT(p, "\"p2p\"") : LIT(p, "null");
+      if (r->parent) {
+        p = LIT(p, ",\"op\":");
+        p = NAME(p, r->func);
+        p = LIT(p, ",\"seq\":");
+        p = putU64(p, r->seq);
+      }
+      if (r->peer >= 0) {
+        p = LIT(p, ",\"peer\":");
+        p = putInt(p, r->peer);
+        p = r->isSend ? LIT(p, ",\"dir\":\"send\"") : LIT(p, ",\"dir\":\"recv\"");
+      }
+      if (r->parent == NCCLX_PROFILE_STEP) {
+        p = LIT(p, ",\"bytes\":");
+        p = putU64(p, r->bytes);
+        p = LIT(p, ",\"step\":");
+        p = putInt(p, r->step);
+      }
       break;
     default:
       p = LIT(p, "\"id\":");

@@ -41,7 +41,7 @@ static ncclxResult_t commAlloc(TraceComm* c) {
   c->pool = calloc(TRACE_POOL_EVENTS, sizeof(*c->pool));
   c->ring = c->cfg.trace ? calloc(ring, sizeof(*c->ring)) : NULL;
   c->peers = calloc((size_t)c->nranks, sizeof(*c->peers));
-  c->trackEnd = calloc(2 * (size_t)c->nranks + 1, sizeof(*c->trackEnd));
+  c->trackEnd = calloc(4 * (size_t)c->nranks + 2, sizeof(*c->trackEnd)); /* see trace_output.c */
   c->outBuf = calloc(1, sizeof(TraceBuf));
   if (!c->pool || !c->peers || !c->trackEnd || !c->outBuf || (c->cfg.trace && !c->ring))
     return ncclxSystemError;
@@ -73,6 +73,7 @@ static ncclxResult_t traceInit(void** ctx, const ncclxProfilerCommInfo_v1_t* inf
   c->spoolFd = -1;
   copyName(c->commName, sizeof(c->commName), info->commName);
   copyName(c->host, sizeof(c->host), info->hostname ? info->hostname : "?");
+  traceClockInit();
   c->realOffsetNs = realOffsetNs();
   traceNamesInit(&c->names);
   if (traceConfigLoad(&c->cfg, env) != ncclxSuccess) {
@@ -131,6 +132,14 @@ static void topLevelStart(TraceComm* c, const TraceRecord* r, uint64_t now) {
   c->lastProgressNs = now;
 }
 
+/* The handle as one of this communicator's open events, or NULL (the core passes back
+ * what startEvent returned; anything else is ignored rather than dereferenced). */
+static const TraceEvent* ownEvent(const TraceComm* c, const void* handle) {
+  const TraceEvent* e = handle;
+  if (!e || e < c->pool || e >= c->pool + TRACE_POOL_EVENTS || !e->inUse) return NULL;
+  return e;
+}
+
 static ncclxResult_t traceStart(void* ctx, void** eHandle, const ncclxProfilerEventDescr_v1_t* d) {
   if (!eHandle) return ncclxInvalidArgument;
   *eHandle = NULL;
@@ -179,8 +188,8 @@ static ncclxResult_t traceStart(void* ctx, void** eHandle, const ncclxProfilerEv
       topLevelStart(c, r, now);
       break;
     case NCCLX_PROFILE_STEP: {
-      const TraceEvent* parent = d->parent;
-      if (parent && parent->comm == c && parent->inUse) {
+      const TraceEvent* parent = ownEvent(c, d->parent);
+      if (parent) {
         r->seq = parent->rec.seq;
         r->func = parent->rec.func;
       }
@@ -198,9 +207,25 @@ static ncclxResult_t traceStart(void* ctx, void** eHandle, const ncclxProfilerEv
       r->func = traceNameId(&c->names, "group");
       r->count = (size_t)d->group.depth;
       break;
+    case NCCLX_PROFILE_NET: {
+      const TraceEvent* parent = ownEvent(c, d->parent);
+      r->count = (uint64_t)d->net.pluginId;
+      if (parent) {
+        const TraceRecord* pr = &parent->rec;
+        r->parent = (uint8_t)pr->type;
+        r->seq = pr->seq;
+        r->func = pr->func;
+        if (pr->type == NCCLX_PROFILE_STEP || pr->type == NCCLX_PROFILE_P2P) {
+          r->peer = pr->peer;
+          r->isSend = pr->isSend;
+        }
+        if (pr->type == NCCLX_PROFILE_STEP) r->bytes = pr->bytes, r->step = pr->step;
+      }
+      c->lastProgressNs = now;
+      break;
+    }
     default:
-      r->func = traceNameId(&c->names, "net");
-      r->seq = (uint64_t)d->net.pluginId;
+      r->func = traceNameId(&c->names, "?");
       break;
   }
   traceUnlock(c);
@@ -225,6 +250,8 @@ static ncclxResult_t traceState(void* eHandle, ncclxProfilerState_t state,
       if (pd) pd->done += args->bytes - e->done;
       e->done = args->bytes;
     }
+    c->lastProgressNs = now;
+  } else if (r->type == NCCLX_PROFILE_NET && state == NCCLX_PROFILE_STATE_PROGRESS) {
     c->lastProgressNs = now;
   } else if (state == NCCLX_PROFILE_STATE_FAILED) {
     r->failed = 1;
@@ -271,10 +298,11 @@ static ncclxResult_t traceStop(void* eHandle) {
       uint64_t* done = coll ? &c->collDone : &c->p2pDone;
       if (r->seq > *done) *done = r->seq;
       if (c->cfg.metrics)
-        traceMetricsAdd(&c->metrics, r->func, traceNameText(&c->names, r->func), r->bytes, now - r->startNs);
+        traceMetricsAdd(&c->metrics, r->func, traceNameText(&c->names, r->func), r->bytes,
+                        now > r->startNs ? now - r->startNs : 0);
     }
     c->recent[c->nrecent++ % TRACE_RECENT] = *r;
-  } else if (r->type == NCCLX_PROFILE_STEP) {
+  } else if (r->type == NCCLX_PROFILE_STEP || r->type == NCCLX_PROFILE_NET) {
     c->lastProgressNs = now;
   }
   if (c->cfg.trace) pushRecord(c, r);

@@ -21,12 +21,6 @@ void traceLockWait(int* lock) {
   }
 }
 
-uint64_t traceNowNs(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void traceLog(const ncclxPluginEnv_t* env, ncclxLogLevel_t level, const char* fmt, ...) {
   char msg[1536];
   va_list ap;

@@ -2,7 +2,9 @@
 """tools/ncclx-analyze on hand-made directories:
   - corrupt, truncated, empty, binary and foreign files are named with the reason, and the
     rest still gives the right verdict (a rank that never entered a collective);
-  - a dead link (both sides posted, nothing arrived) is named as a link;
+  - a dead link (both sides posted, nothing arrived; or one side moved on to the next
+    collective while the other still waits for its bytes) is named as a link;
+  - NET records of a network plugin in a spool survive the merge;
   - a clean run gives "no fault found"; an empty directory exits 1; bad arguments exit 2;
   - `merge` puts truncated and complete traces on one valid timeline with pid = rank.
 
@@ -134,8 +136,48 @@ def test_link(root):
     write(d, "a.json", json.dumps(prof_dump(0, 2, 3, 2, inflight=3, peers=[peer(1, (8192, 8192, 0), (8192, 8192, 8192))])))
     write(d, "b.json", json.dumps(prof_dump(1, 2, 3, 2, inflight=3, peers=[peer(0, (8192, 8192, 8192), (8192, 8192, 0))])))
     rc, out = run(d)
-    check(rc == 0 and "the link from rank 0 to rank 1 stopped delivering during allreduce #3" in verdict(out),
+    check(rc == 0 and "the link between rank 0 (host h0) and rank 1 (host h1) stopped delivering during allreduce #3" in verdict(out),
           "link: wrong verdict")
+
+
+def test_link_ahead(root):
+    """A cut link seen from both sides: rank 0 finished its part of #59 (its sends to rank 1
+    done) and waits in #60; rank 1 still waits in #59 for the half that never arrived. That
+    is a link, not a rank that skipped #60."""
+    d = os.path.join(root, "link-ahead")
+    os.mkdir(d)
+    mib = 1 << 20
+    write(d, "a.json", json.dumps(prof_dump(0, 2, 60, 59, inflight=60, peers=[peer(1, (0, 0, 0), (mib // 2, mib // 2, 0))])))
+    write(d, "b.json", json.dumps(prof_dump(1, 2, 59, 58, inflight=59, peers=[peer(0, (mib, mib, mib), (mib, mib, mib // 2))])))
+    rc, out = run(d)
+    check(rc == 0 and "the link between rank 0 (host h0) and rank 1 (host h1) stopped delivering during allreduce #59"
+          in verdict(out), "link-ahead: wrong verdict")
+    check("moved on to #60; rank 1 received 512 KiB of 1 MiB from it" in out, "link-ahead: evidence not shown")
+
+
+def test_net_spool(root):
+    """NET records (a network plugin's events) in a spool survive the merge."""
+    d = os.path.join(root, "net")
+    os.mkdir(d)
+    head = {"format": "ncclx-spool-1", "commHash": HASH, "rank": 0, "nranks": 2, "host": "h0", "pid": 100,
+            "realOffsetNs": 1000000, "recordBytes": 64}
+    out = b"NCCLXTR1\n" + json.dumps(head).encode() + b"\n"
+    for i, name in enumerate(("allreduce", "float32", "sum", "ring", "simple")):
+        out += b"N" + bytes([2 + i, len(name)]) + name.encode()
+    # seq, start, end, bytes, count(= plugin id), type NET, peer 1, root, step; isSend, failed,
+    # func, dtype, op, algo, proto, parent = STEP.
+    out += b"R" + struct.pack("<5Q4i8B", 7, 2000000, 2005000, 4096, 0x7e0000f1, 0x10, 1, -1, 0, 1, 0, 2, 0, 0, 0, 0, 0x8)
+    out += b"R" + struct.pack("<5Q4i8B", 7, 1000000, 3000000, 4096, 1024, 0x2, -1, -1, 0, 0, 0, 2, 3, 4, 5, 6, 0)
+    write(d, "trace-r0.spool", out, mode="wb")
+    merged = os.path.join(root, "net.json")
+    rc, _ = run("merge", d, "-o", merged)
+    with open(merged) as f:
+        events = json.load(f)
+    net = [e for e in events if e.get("cat") == "net"]
+    check(rc == 0 and len(net) == 1 and net[0]["args"].get("plugin_id") == 0x7e0000f1 and
+          net[0]["args"].get("parent") == "step" and net[0]["args"].get("op") == "allreduce" and
+          net[0]["args"].get("peer") == 1 and net[0]["args"].get("dir") == "send",
+          "net spool: the NET record is lost or wrong in the merge: %s" % net)
 
 
 def test_clean_and_usage(root):
@@ -177,6 +219,8 @@ def main():
     try:
         bad = test_bad_input(root)
         test_link(root)
+        test_link_ahead(root)
+        test_net_spool(root)
         test_clean_and_usage(root)
         test_merge(root, bad)
     finally:
