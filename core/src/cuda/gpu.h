@@ -19,6 +19,9 @@ typedef enum { GPU_MEM_HOST = 0, GPU_MEM_DEVICE = 1, GPU_MEM_MANAGED = 2 } gpuMe
  * nothing is loaded or initialized to find out. *device (may be NULL) gets the device
  * ordinal for device and managed memory, -1 otherwise. */
 gpuMemKind gpuProbePointer(const void* p, int* device);
+/* Whether the CUDA driver is loaded in this process at all. Without it every pointer is
+ * host memory, so a call checks this once instead of probing each of its buffers. */
+int gpuDriverLoaded(void);
 
 /* Call-time check of a user buffer (NULL passes): ncclxInvalidUsage when p is device
  * memory this build or machine cannot use, with msg set to a sentence naming fn, what

@@ -74,6 +74,8 @@ static pointerGetAttributeFn driver(void) {
   return fn;
 }
 
+int gpuDriverLoaded(void) { return driver() != NULL; }
+
 gpuMemKind gpuProbePointer(const void* p, int* device) {
   if (device) *device = -1;
   pointerGetAttributeFn fn = p ? driver() : NULL;

@@ -215,6 +215,7 @@ static int overlaps(const char* a, size_t an, const char* b, size_t bn) {
 }
 
 ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
+  if (!gpuDriverLoaded()) return collRun(comm, args);
   gpuCollExtent e;
   gpuCollExtents(args, comm->nranks, comm->rank, &e);
   char* send = (char*)args->sendbuff;
@@ -267,6 +268,7 @@ ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
 }
 
 ncclxResult_t gpuXferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n) {
+  if (!gpuDriverLoaded()) return xferRun(comm, xfers, n);
   int first = -1, device = -1, ndev = 0;
   for (int i = 0; i < n; i++) {
     int dev;
