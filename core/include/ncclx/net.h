@@ -39,6 +39,7 @@
 extern "C" {
 #endif
 
+/* Version 1 is frozen (docs/plugin-guide.md, "ABI stability"): changes come as a new version. */
 #define NCCLX_NET_ABI_VERSION 1
 #define NCCLX_NET_HANDLE_MAXSIZE 128
 #define NCCLX_NET_MAX_REQUESTS 32

@@ -21,6 +21,7 @@
 extern "C" {
 #endif
 
+/* Version 1 is frozen (docs/plugin-guide.md, "ABI stability"): changes come as a new version. */
 #define NCCLX_PLUGIN_ENV_VERSION 1
 
 typedef enum {

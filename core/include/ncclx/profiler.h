@@ -27,6 +27,7 @@
 extern "C" {
 #endif
 
+/* Version 1 is frozen (docs/plugin-guide.md, "ABI stability"): changes come as a new version. */
 #define NCCLX_PROFILER_ABI_VERSION 1
 
 /* Event type bits (activation mask). */

@@ -27,6 +27,7 @@
 extern "C" {
 #endif
 
+/* Version 1 is frozen (docs/plugin-guide.md, "ABI stability"): changes come as a new version. */
 #define NCCLX_TUNER_ABI_VERSION 1
 #define NCCLX_TUNER_IGNORE (-1.0f)
 
