@@ -15,15 +15,15 @@
 #include "config.h"
 #include "debug.h"
 
-/* Built-in constants: `ncclx-perf --calibrate -np 2 -n 100..200` on the development machine
- * (2 cores, Debian 12, loaded: load average ~30 from parallel builds; 2026-11-22, medians of
- * 4 runs, see docs/tuning.md). Loopback TCP alpha is inflated by that load. A cluster
- * should calibrate its own and point [tuner] model at the file. */
-#define BUILTIN_SHM_ALPHA_US 7.5
-#define BUILTIN_SHM_BETA_US_PER_BYTE 9.5e-5  /* ~10.5 GB/s per pair */
-#define BUILTIN_NET_ALPHA_US 145.0
-#define BUILTIN_NET_BETA_US_PER_BYTE 1.0e-3  /* loopback TCP, ~1 GB/s */
-#define BUILTIN_GAMMA_US_PER_BYTE 6.4e-5     /* the core's float sum, ~15.6 GB/s */
+/* Built-in constants: `ncclx-perf --calibrate -np 2 -n 200` on the development machine
+ * (2 cores, Debian 12, load average ~2.7; 2026-11-22 07:00 UTC; shm, then NCCLX_CORE_SHM=false
+ * over loopback TCP; see docs/tuning.md). A cluster should calibrate its own and point
+ * [tuner] model at the file. */
+#define BUILTIN_SHM_ALPHA_US 0.91
+#define BUILTIN_SHM_BETA_US_PER_BYTE 8.1e-5  /* ~12.3 GB/s per pair (single-copy) */
+#define BUILTIN_NET_ALPHA_US 13.4
+#define BUILTIN_NET_BETA_US_PER_BYTE 2.7e-4  /* loopback TCP, ~3.6 GB/s */
+#define BUILTIN_GAMMA_US_PER_BYTE 3.3e-5     /* the core's float sum, ~30 GB/s in cache */
 
 void tuneModelDefaults(TuneModel* m) {
   memset(m, 0, sizeof(*m));
