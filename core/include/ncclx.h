@@ -99,10 +99,23 @@ ncclxResult_t ncclxGetUniqueId(ncclxUniqueId* uniqueId);
 ncclxResult_t ncclxCommInitRank(ncclxComm_t* comm, int nranks, ncclxUniqueId commId, int rank);
 ncclxResult_t ncclxCommInitRankConfig(ncclxComm_t* comm, int nranks, ncclxUniqueId commId,
                                       int rank, ncclxConfig_t* config);
+/* Multi-root init for large jobs (docs/init.md): nIds unique ids, 1 <= nIds <= nranks, the same
+ * list in the same order on every rank. The ranks form nIds contiguous groups; rank r joins at
+ * ids[floor(r * nIds / nranks)], and the first rank of group g, ceil(g * nranks / nIds), is its
+ * root: it must create ids[g] with ncclxGetUniqueId (or run on the host:port it names). No rank
+ * then handles more than O(nranks / nIds + log nranks) bootstrap messages; nIds = 1 is
+ * ncclxCommInitRankConfig. config may be NULL. */
+ncclxResult_t ncclxCommInitRankScalable(ncclxComm_t* comm, int nranks, int rank, int nIds,
+                                        const ncclxUniqueId* ids, ncclxConfig_t* config);
 /* Rank and size from Open MPI, PMI, Slurm or torchrun variables; rendezvous at NCCLX_COMM_ID. */
 ncclxResult_t ncclxCommInitFromEnv(ncclxComm_t* comm);
 ncclxResult_t ncclxCommSplit(ncclxComm_t comm, int color, int key, ncclxComm_t* newcomm,
                              ncclxConfig_t* config);
+/* Split fast path (NCCLX's splitGroupRanks): only the members call it, all with the same
+ * list ranks[0..nranks-1] of parent ranks (the caller included, no duplicates); member i
+ * becomes rank i of newcomm. No exchange with the parent's other ranks. */
+ncclxResult_t ncclxCommSplitGroup(ncclxComm_t comm, const int* ranks, int nranks, ncclxComm_t* newcomm,
+                                  ncclxConfig_t* config);
 ncclxResult_t ncclxCommFinalize(ncclxComm_t comm);
 ncclxResult_t ncclxCommDestroy(ncclxComm_t comm);
 /* Write the communicator's state (current operation, sequence numbers, per-peer progress;

@@ -2,6 +2,10 @@
  * messages between ranks over TCP. Every connection starts with a magic number and the
  * job secret from the unique id; anything else is refused with a log line.
  *
+ * Scaling (docs/init.md): the root handles one constant-size hello and one reply of
+ * O(log n) addresses per rank; every other bootstrap exchange is O(log n) rounds, and no
+ * rank opens more than O(log n) connections during init.
+ *
  * A bootstrap is shared by a communicator and the communicators split from it: a child
  * uses a view with its own rank map and tag space (bootstrapView). */
 #ifndef NCCLX_BOOTSTRAP_H
@@ -28,6 +32,25 @@ uint64_t bootstrapIdSecret(const ncclxUniqueId* id);
  * naming the ranks that never arrived (on rank 0) or the unreachable root (others). */
 ncclxResult_t bootstrapInit(const ncclxUniqueId* id, int rank, int nranks, double timeoutSec,
                             struct bootstrap** out);
+/* bootstrapInit that also all-gathers `size` bytes per rank (slot `rank` of `all` is this
+ * rank's input) inside the address all-gather it does anyway: one O(log n) exchange instead
+ * of two at communicator init. all may be NULL when size is 0. */
+ncclxResult_t bootstrapInitGather(const ncclxUniqueId* id, int rank, int nranks, double timeoutSec, void* all,
+                                  size_t size, struct bootstrap** out);
+/* Multi-root init (ncclxCommInitRankScalable): ids[0..nIds-1], 1 <= nIds <= nranks, the
+ * same on every rank. Rank r says hello only at ids[bootstrapIdGroup(r)]; the root of id g
+ * is rank bootstrapIdRoot(g) (the first rank of group g) and must run where id g's address
+ * is (for ids from ncclxGetUniqueId: in the process that created it). The roots exchange
+ * their groups' addresses in ceil(log2 nIds) rounds, then answer their members as the single
+ * root does. Busiest rank: O(nranks/nIds + log nranks) messages. nIds == 1 is bootstrapInitGather. */
+ncclxResult_t bootstrapInitScalable(const ncclxUniqueId* ids, int nIds, int rank, int nranks, double timeoutSec,
+                                    void* all, size_t size, struct bootstrap** out);
+int bootstrapIdGroup(int rank, int nIds, int nranks); /* floor(rank * nIds / nranks) */
+int bootstrapIdRoot(int g, int nIds, int nranks);     /* first rank of group g: ceil(g * nranks / nIds) */
+/* Job secret of a list of ids (that of ids[0] when nIds == 1); 0 if one is invalid. */
+uint64_t bootstrapIdsSecret(const ncclxUniqueId* ids, int nIds);
+/* Parse "host:port,host:port,..." into *ids (malloc'ed, caller frees) and *nIds. */
+ncclxResult_t bootstrapIdsFromString(const char* list, ncclxUniqueId** ids, int* nIds);
 /* A child view over the ranks parentRanks[0..nranks-1] (indices in `parent`'s numbering);
  * `tagSpace` must be the same on all members and unique among views of the same root. */
 ncclxResult_t bootstrapView(struct bootstrap* parent, const int* parentRanks, int nranks,
@@ -44,7 +67,8 @@ ncclxResult_t bootstrapSend(struct bootstrap* b, int peer, uint32_t tag, const v
                             size_t size);
 ncclxResult_t bootstrapRecv(struct bootstrap* b, int peer, uint32_t tag, void* data,
                             size_t size, volatile int* abortFlag);
-/* all holds nranks slots of `size` bytes; slot `rank` is this rank's input. O(log n) rounds. */
+/* all holds nranks slots of `size` bytes; slot `rank` is this rank's input. O(log n) rounds.
+ * Tags 0xfffff000 and above are reserved for the bootstrap itself. */
 ncclxResult_t bootstrapAllGather(struct bootstrap* b, void* all, size_t size, uint32_t tag);
 ncclxResult_t bootstrapBarrier(struct bootstrap* b, uint32_t tag);
 
@@ -56,6 +80,18 @@ void bootstrapBroadcastAbort(struct bootstrap* b, const char* message);
 int bootstrapPollAbort(struct bootstrap* b, char* msg, size_t msgSize);
 /* File descriptor of the bootstrap listener, for poll() in the progress engine. */
 int bootstrapPollFd(const struct bootstrap* b);
+
+/* What this process's bootstrap did so far (all views of one bootstrapInit together), for
+ * init benchmarks and the INFO line at init. "rdv" counts the rendezvous alone: on the root
+ * it grows with n (one hello and one reply per rank), everywhere else it is 2. */
+struct bootstrapStats {
+  uint64_t msgsSent, msgsRecv;   /* point-to-point messages (abort notices included) */
+  uint64_t bytesSent, bytesRecv; /* headers included */
+  uint64_t connsOpened, connsAccepted;
+  uint64_t rdvMsgs, rdvBytes, rdvConns; /* rendezvous: hellos + replies handled */
+  double rendezvousSec, addrGatherSec; /* time in the rendezvous, then in the address all-gather */
+};
+void bootstrapGetStats(struct bootstrap* b, struct bootstrapStats* out);
 
 /* Host identity of this process, for peer info. */
 const char* bootstrapHostname(void);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll_hier.h"
 #include "config.h"
 #include "debug.h"
 #include "peers.h"
@@ -135,6 +136,23 @@ void* commScratch(struct ncclxComm* comm, size_t bytes) {
   return p;
 }
 
+/* How many group splits of one member list this rank made: members call ncclxCommSplitGroup
+ * in the same order, so (list, occurrence) names the child identically on all of them. */
+struct splitGroupCount {
+  struct splitGroupCount* next;
+  uint64_t listHash;
+  uint64_t count;
+};
+
+static void splitGroupsFree(struct ncclxComm* comm) {
+  for (struct splitGroupCount* g = comm->splitGroups; g;) {
+    struct splitGroupCount* next = g->next;
+    free(g);
+    g = next;
+  }
+  comm->splitGroups = NULL;
+}
+
 void commRetain(struct ncclxComm* comm) { atomic_fetch_add(&comm->refs, 1); }
 
 void commRelease(struct ncclxComm* comm) {
@@ -143,6 +161,7 @@ void commRelease(struct ncclxComm* comm) {
   pthread_mutex_destroy(&comm->execLock);
   pthread_mutex_destroy(&comm->errLock);
   pthread_mutex_destroy(&comm->liveLock);
+  splitGroupsFree(comm);
   comm->magic = 0;
   free(comm);
 }
@@ -233,6 +252,7 @@ static void commFreeResources(struct ncclxComm* comm) {
   comm->peerInfo = NULL;
   free(comm->conns);
   comm->conns = NULL;
+  collHierCommFree(comm);
   free(comm->scratch);
   comm->scratch = NULL;
   comm->scratchSize = 0;
@@ -254,15 +274,10 @@ static void commCountHosts(struct ncclxComm* comm) {
   comm->ranksPerHostMax = maxPer;
 }
 
-/* Everything after the bootstrap exists: network, peer info, plugins, optional eager
- * connections. Takes ownership of `b`. */
-static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint64_t commHash) {
-  comm->bootstrap = b;
-  comm->commHash = commHash;
-  if (!comm->name[0]) snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)commHash);
-
+/* Before the bootstrap: transports open and listening, this rank's peer info filled in (at
+ * init it rides along the bootstrap's own address all-gather). */
+static ncclxResult_t commPrepare(struct ncclxComm* comm) {
   NCCLX_CHECK(transportsOpen(comm));
-
   comm->peerInfo = calloc((size_t)comm->nranks, sizeof(*comm->peerInfo));
   comm->conns = calloc((size_t)comm->nranks, sizeof(*comm->conns));
   if (!comm->peerInfo || !comm->conns)
@@ -274,8 +289,16 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
   me->pid = (int)getpid();
   snprintf(me->hostname, sizeof(me->hostname), "%s", bootstrapHostname());
   me->hostHash = hostIdentity(me->hostname);
-  NCCLX_CHECK(peersListen(comm));
-  NCCLX_CHECK(bootstrapAllGather(b, comm->peerInfo, sizeof(*comm->peerInfo), TAG_PEERINFO));
+  return peersListen(comm);
+}
+
+/* Everything after the bootstrap exists: peer info (gathered unless the bootstrap did it),
+ * plugins, optional eager connections. Takes ownership of `b`. */
+static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint64_t commHash, int infoGathered) {
+  comm->bootstrap = b;
+  comm->commHash = commHash;
+  if (!comm->name[0]) snprintf(comm->name, sizeof(comm->name), "%016llx", (unsigned long long)commHash);
+  if (!infoGathered) NCCLX_CHECK(bootstrapAllGather(b, comm->peerInfo, sizeof(*comm->peerInfo), TAG_PEERINFO));
   for (int i = 0; i < comm->nranks; i++)
     if (comm->peerInfo[i].rank != i)
       return ncclxSetError(ncclxInternalError, "peer info exchange is corrupt: slot %d says rank %d",
@@ -284,8 +307,23 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
 
   tuneCommInit(comm);
   profCommInit(comm);
-  if (!comm->lazyConnect) NCCLX_CHECK(peersConnectAll(comm));
-  NCCLX_CHECK(bootstrapBarrier(b, TAG_INIT_BARRIER));
+  /* Eager: connect everything, then a barrier so nobody starts before all are connected.
+   * Lazy: every rank listened before the peer info all-gather, so the all-gather finishing
+   * means every peer can be connected to: no barrier, whose O(log n) rounds would be half
+   * of a lazy init (docs/init.md). */
+  if (!comm->lazyConnect) {
+    NCCLX_CHECK(peersConnectAll(comm));
+    NCCLX_CHECK(bootstrapBarrier(b, TAG_INIT_BARRIER));
+  }
+  struct bootstrapStats st;
+  bootstrapGetStats(b, &st);
+  INFO(NCCLX_LOG_INIT,
+       "comm %p rank %d init counts: bootstrap msgs sent %llu recv %llu bytes %llu/%llu conns %llu+%llu, "
+       "rendezvous msgs %llu bytes %llu (%.3f s), address all-gather %.3f s, peer connections %d",
+       (void*)comm, comm->rank, (unsigned long long)st.msgsSent, (unsigned long long)st.msgsRecv,
+       (unsigned long long)st.bytesSent, (unsigned long long)st.bytesRecv, (unsigned long long)st.connsOpened,
+       (unsigned long long)st.connsAccepted, (unsigned long long)st.rdvMsgs, (unsigned long long)st.rdvBytes,
+       st.rendezvousSec, st.addrGatherSec, peersOpenCount(comm));
   INFO(NCCLX_LOG_INIT,
        "comm %p name %s rank %d nranks %d hosts %d net %s dev %d shm %s timeout %.0fs %s connect - init complete",
        (void*)comm, comm->name, comm->rank, comm->nranks, comm->nhosts, comm->tp[NCCLX_TP_NET].net->name,
@@ -294,31 +332,43 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
   return ncclxSuccess;
 }
 
-static ncclxResult_t commInitRankImpl(ncclxComm_t* out, int nranks, const ncclxUniqueId* id,
+static ncclxResult_t commInitRankImpl(ncclxComm_t* out, int nranks, int nIds, const ncclxUniqueId* ids,
                                       int rank, ncclxConfig_t* config) {
-  if (!out) return ncclxSetError(ncclxInvalidArgument, "ncclxCommInitRank: comm pointer is NULL");
+  const char* fn = nIds == 1 ? "ncclxCommInitRank" : "ncclxCommInitRankScalable";
+  if (!out) return ncclxSetError(ncclxInvalidArgument, "%s: comm pointer is NULL", fn);
   *out = NULL;
   if (nranks < 1)
-    return ncclxSetError(ncclxInvalidArgument, "ncclxCommInitRank: nranks %d must be >= 1", nranks);
+    return ncclxSetError(ncclxInvalidArgument, "%s: nranks %d must be >= 1", fn, nranks);
   if (rank < 0 || rank >= nranks)
-    return ncclxSetError(ncclxInvalidArgument, "ncclxCommInitRank: rank %d is not in [0, %d)", rank,
+    return ncclxSetError(ncclxInvalidArgument, "%s: rank %d is not in [0, %d)", fn, rank, nranks);
+  if (nIds < 1 || nIds > nranks)
+    return ncclxSetError(ncclxInvalidArgument,
+                         "%s: nIds %d must be in 1..nranks (%d): every unique id needs a rank to serve it", fn, nIds,
                          nranks);
+  if (!ids) return ncclxSetError(ncclxInvalidArgument, "%s: the unique id list (ids) is NULL", fn);
+  for (int i = 0; i < nIds; i++)
+    if (bootstrapIdSecret(&ids[i]) == 0)
+      return ncclxSetError(ncclxInvalidArgument,
+                           "%s: unique id %d of %d is not valid (not made by ncclxGetUniqueId, or corrupted)", fn, i,
+                           nIds);
   ncclxLogSetRank(rank);
   NCCLX_CHECK(ncclxConfigLoad());
   struct ncclxComm* comm = commAlloc(rank, nranks);
   if (!comm) return ncclxSetError(ncclxSystemError, "out of memory allocating a communicator");
   ncclxResult_t res = commReadSettings(comm, config);
   struct bootstrap* b = NULL;
+  if (res == ncclxSuccess) res = commPrepare(comm);
   if (res == ncclxSuccess)
-    res = bootstrapInit(id, rank, nranks, comm->timeoutSec > 0 ? comm->timeoutSec : 1e9, &b);
-  if (res == ncclxSuccess) res = commSetup(comm, b, hashMix(0xcbf29ce484222325ull, bootstrapIdSecret(id)));
+    res = bootstrapInitScalable(ids, nIds, rank, nranks, comm->timeoutSec > 0 ? comm->timeoutSec : 1e9,
+                                comm->peerInfo, sizeof(*comm->peerInfo), &b);
+  if (res == ncclxSuccess) res = commSetup(comm, b, hashMix(0xcbf29ce484222325ull, bootstrapIdsSecret(ids, nIds)), 1);
   if (res != ncclxSuccess) {
     char msg[1024];
     snprintf(msg, sizeof(msg), "%s", ncclxThreadLastError());
     if (!comm->bootstrap && b) bootstrapRelease(b);
     commFreeResources(comm);
     commRelease(comm);
-    ncclxSetError(res, "ncclxCommInitRank (rank %d of %d) failed: %s", rank, nranks, msg);
+    ncclxSetError(res, "%s (rank %d of %d) failed: %s", fn, rank, nranks, msg);
     return res;
   }
   *out = comm;
@@ -332,13 +382,19 @@ API ncclxResult_t ncclxGetUniqueId(ncclxUniqueId* id) {
 }
 
 API ncclxResult_t ncclxCommInitRank(ncclxComm_t* comm, int nranks, ncclxUniqueId id, int rank) {
-  return commInitRankImpl(comm, nranks, &id, rank, NULL);
+  return commInitRankImpl(comm, nranks, 1, &id, rank, NULL);
 }
 
 API ncclxResult_t ncclxCommInitRankConfig(ncclxComm_t* comm, int nranks, ncclxUniqueId id,
                                           int rank, ncclxConfig_t* config) {
-  return commInitRankImpl(comm, nranks, &id, rank, config);
+  return commInitRankImpl(comm, nranks, 1, &id, rank, config);
 }
+
+API ncclxResult_t ncclxCommInitRankScalable(ncclxComm_t* comm, int nranks, int rank, int nIds,
+                                            const ncclxUniqueId* ids, ncclxConfig_t* config) {
+  return commInitRankImpl(comm, nranks, nIds, ids, rank, config);
+}
+
 
 /* ---------------- split ---------------- */
 
@@ -397,10 +453,11 @@ API ncclxResult_t ncclxCommSplit(ncclxComm_t comm, int color, int key, ncclxComm
   uint64_t childHash = hashMix(hashMix(comm->commHash, splitIndex), (uint64_t)(unsigned)color);
   struct bootstrap* view = NULL;
   res = commReadSettings(child, config);
+  if (res == ncclxSuccess) res = commPrepare(child);
   if (res == ncclxSuccess)
     res = bootstrapView(comm->bootstrap, members, n, myRank, childHash, &view);
   free(members);
-  if (res == ncclxSuccess) res = commSetup(child, view, childHash);
+  if (res == ncclxSuccess) res = commSetup(child, view, childHash, 0);
   if (res != ncclxSuccess) {
     if (!child->bootstrap && view) bootstrapRelease(view);
     commFreeResources(child);
@@ -410,6 +467,103 @@ API ncclxResult_t ncclxCommSplit(ncclxComm_t comm, int color, int key, ncclxComm
   ncclxLogSetRank(comm->rank);
   *newcomm = child;
   return ncclxSuccess;
+}
+
+/* Only the members call it: the child's bootstrap is a view of the parent's with a tag space
+ * derived from the member list, so no non-member is involved and nothing is all-gathered
+ * over the parent. Members that pass different lists get different tag spaces: their init
+ * exchange then fails at the timeout instead of mixing two communicators. */
+API ncclxResult_t ncclxCommSplitGroup(ncclxComm_t comm, const int* ranks, int nranks, ncclxComm_t* newcomm,
+                                      ncclxConfig_t* config) {
+  NCCLX_CHECK(commCheckHandle(comm));
+  if (!newcomm) return ncclxSetError(ncclxInvalidArgument, "ncclxCommSplitGroup: newcomm is NULL");
+  *newcomm = NULL;
+  if (!ranks) return ncclxSetError(ncclxInvalidArgument, "ncclxCommSplitGroup: ranks is NULL");
+  if (nranks < 1 || nranks > comm->nranks)
+    return ncclxSetError(ncclxInvalidArgument, "ncclxCommSplitGroup: nranks %d is not in 1..%d", nranks,
+                         comm->nranks);
+  ncclxLogSetRank(comm->rank);
+  char* seen = calloc((size_t)comm->nranks, 1);
+  if (!seen) return ncclxSetError(ncclxSystemError, "out of memory in ncclxCommSplitGroup");
+  int myRank = -1;
+  uint64_t listHash = hashMix(0xcbf29ce484222325ull, (uint64_t)nranks);
+  for (int i = 0; i < nranks; i++) {
+    int p = ranks[i];
+    if (p < 0 || p >= comm->nranks || seen[p]) {
+      free(seen);
+      return ncclxSetError(ncclxInvalidArgument, "ncclxCommSplitGroup: ranks[%d] = %d is %s", i, p,
+                           p < 0 || p >= comm->nranks ? "not a rank of the parent" : "a duplicate");
+    }
+    seen[p] = 1;
+    if (p == comm->rank) myRank = i;
+    listHash = hashMix(listHash, (uint64_t)(unsigned)p);
+  }
+  free(seen);
+  if (myRank < 0)
+    return ncclxSetError(ncclxInvalidArgument,
+                         "ncclxCommSplitGroup: the calling rank %d is not in the member list (only members call it)",
+                         comm->rank);
+
+  pthread_mutex_lock(&comm->execLock);
+  ncclxResult_t res = commCheckHealthy(comm);
+  struct splitGroupCount* g = comm->splitGroups;
+  while (g && g->listHash != listHash) g = g->next;
+  if (res == ncclxSuccess && !g) {
+    g = calloc(1, sizeof(*g));
+    if (!g) {
+      res = ncclxSetError(ncclxSystemError, "out of memory in ncclxCommSplitGroup");
+    } else {
+      g->listHash = listHash;
+      g->next = comm->splitGroups;
+      comm->splitGroups = g;
+    }
+  }
+  uint64_t occurrence = g ? ++g->count : 0;
+  pthread_mutex_unlock(&comm->execLock);
+  if (res != ncclxSuccess) return res;
+
+  /* "group" keeps these tag spaces apart from color splits' (splitIndex, color) ones. */
+  uint64_t childHash = hashMix(hashMix(hashString(comm->commHash, "group"), listHash), occurrence);
+  struct ncclxComm* child = commAlloc(myRank, nranks);
+  if (!child) return ncclxSetError(ncclxSystemError, "out of memory in ncclxCommSplitGroup");
+  struct bootstrap* view = NULL;
+  res = commReadSettings(child, config);
+  if (res == ncclxSuccess) res = commPrepare(child);
+  if (res == ncclxSuccess) res = bootstrapView(comm->bootstrap, ranks, nranks, myRank, childHash, &view);
+  if (res == ncclxSuccess) res = commSetup(child, view, childHash, 0);
+  if (res != ncclxSuccess) {
+    if (!child->bootstrap && view) bootstrapRelease(view);
+    commFreeResources(child);
+    commRelease(child);
+    ncclxLogSetRank(comm->rank);
+    return res;
+  }
+  ncclxLogSetRank(comm->rank);
+  *newcomm = child;
+  return ncclxSuccess;
+}
+
+/* ---------------- init counters (for tools/ncclx-init-bench, not in ncclx.h) ---------------- */
+
+/* Fills up to max of: bootstrap msgs sent, recv, bytes sent, recv, connections opened,
+ * accepted, rendezvous msgs, bytes, connections, peer (transport) connections open,
+ * rendezvous microseconds, address all-gather microseconds. Returns how many it filled,
+ * or -1 for a bad handle. Counters are per process: all views of one bootstrap together. */
+API int ncclxInternalInitCounters(ncclxComm_t comm, int64_t* out, int max) {
+  if (commCheckHandle(comm) != ncclxSuccess || !out || max < 0) return -1;
+  struct bootstrapStats st;
+  bootstrapGetStats(comm->bootstrap, &st);
+  pthread_mutex_lock(&comm->connLock);
+  int open = peersOpenCount(comm);
+  pthread_mutex_unlock(&comm->connLock);
+  int64_t v[] = {(int64_t)st.msgsSent,    (int64_t)st.msgsRecv,      (int64_t)st.bytesSent,
+                 (int64_t)st.bytesRecv,   (int64_t)st.connsOpened,   (int64_t)st.connsAccepted,
+                 (int64_t)st.rdvMsgs,     (int64_t)st.rdvBytes,      (int64_t)st.rdvConns,
+                 (int64_t)open,           (int64_t)(st.rendezvousSec * 1e6), (int64_t)(st.addrGatherSec * 1e6)};
+  int n = (int)(sizeof(v) / sizeof(v[0]));
+  if (n > max) n = max;
+  for (int i = 0; i < n; i++) out[i] = v[i];
+  return n;
 }
 
 /* ---------------- teardown ---------------- */

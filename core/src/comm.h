@@ -51,6 +51,7 @@ struct ncclxComm {
   struct bootstrap* bootstrap;
   struct ncclxPeerInfo* peerInfo; /* nranks entries */
   int nhosts, ranksPerHostMax;
+  struct ncclxHostMap* hostMap; /* coll_hier.c: built on the first hierarchical call */
 
   /* Transports: tp[NCCLX_TP_NET] always, tp[NCCLX_TP_SHM] when [core] shm is on. */
   struct ncclxTransport tp[NCCLX_NUM_TP];
@@ -58,6 +59,7 @@ struct ncclxComm {
   struct ncclxPeerConn* conns; /* nranks entries */
   void* unmatchedAccepts;      /* peers.c: accepted connections still saying hello */
   pthread_mutex_t connLock;
+  int connectsMade, acceptsRefused; /* peers.c, under connLock: each peer must be connected once */
 
   /* Settings resolved at init from ncclx.ini and ncclxConfig_t. */
   double timeoutSec; /* 0 = never time out */
@@ -98,6 +100,7 @@ struct ncclxComm {
   atomic_int refs;      /* the user's handle plus queued stream operations */
   atomic_int destroyed; /* Destroy/Abort called: new calls are refused */
   uint64_t splitCount;  /* children created, for their bootstrap tag space */
+  void* splitGroups;    /* comm.c: group splits made so far, per member list (tag spaces) */
 };
 
 #define NCCLX_COMM_MAGIC 0x6e63636c78636f6dull

@@ -1,4 +1,6 @@
-/* ncclxCommInitFromEnv: rank and size from the launcher, rendezvous at NCCLX_COMM_ID. */
+/* ncclxCommInitFromEnv: rank and size from the launcher, rendezvous at NCCLX_COMM_ID, or
+ * multi-root at NCCLX_COMM_IDS=host:port,host:port,... (entry g served by rank
+ * ceil(g * nranks / nIds), docs/init.md). */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -45,6 +47,15 @@ API ncclxResult_t ncclxCommInitFromEnv(ncclxComm_t* comm) {
   if (rank >= size)
     return ncclxSetError(ncclxInvalidUsage, "ncclxCommInitFromEnv: %s=%ld is not below %s=%ld", rankVar,
                          rank, sizeVar, size);
+  const char* list = getenv("NCCLX_COMM_IDS");
+  if (list && *list) {
+    ncclxUniqueId* ids = NULL;
+    int nIds = 0;
+    NCCLX_CHECK(bootstrapIdsFromString(list, &ids, &nIds));
+    ncclxResult_t res = ncclxCommInitRankScalable(comm, (int)size, (int)rank, nIds, ids, NULL);
+    free(ids);
+    return res;
+  }
   const char* addr = getenv("NCCLX_COMM_ID");
   if (!addr || !*addr)
     return ncclxSetError(ncclxInvalidUsage,

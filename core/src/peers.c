@@ -84,6 +84,7 @@ static ncclxResult_t stepConnect(struct ncclxComm* comm, struct pendingConnect* 
       return commFail(comm, res, "cannot connect to %s over %s",
                       commDescribeRank(comm, pc->peer, who, sizeof(who)), net->name);
     if (!pc->sendComm) return ncclxSuccess;
+    comm->connectsMade++;
     *progress = 1;
     pc->hello = (struct hello){HELLO_MAGIC, comm->commHash, comm->rank, 0};
   }
@@ -162,6 +163,7 @@ static ncclxResult_t stepAccept(struct ncclxComm* comm, int* progress) {
                 comm->conns[h->rank].recvComm == NULL &&
                 comm->tp[transportFor(comm, h->rank)].net == net;
     if (!valid) {
+      comm->acceptsRefused++;
       WARN("refused a %s connection: %s (hello of %zu bytes, rank %d)", net->name,
            res != ncclxSuccess ? "it failed before saying hello" : "its hello is not from a peer of this communicator",
            got, res == ncclxSuccess ? h->rank : -1);
