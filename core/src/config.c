@@ -147,9 +147,11 @@ static const KnownKey knownKeys[] = {
     {"core", "shm", KEY_BOOL, 0, 0},
     {"core", "host_id", KEY_NAME, 0, 0},
     {"core", "plugin_path", KEY_PATH_LIST, 0, 0},
+    {"core", "check_mismatch", KEY_BOOL, 0, 0},
     {"net", "plugin", KEY_NAME_LIST, 0, 0},
     {"net", "device", KEY_INT, 0, INT_MAX},
     {"tuner", "plugin", KEY_NAME, 0, 0},
+    {"tuner", "model", KEY_PATH_LIST, 0, 0},
     {"profiler", "plugin", KEY_NAME, 0, 0},
     {"debug", "level", KEY_LEVEL, 0, 0},
 };
