@@ -84,11 +84,12 @@ struct ncclxComm {
   pthread_mutex_t errLock;
   char lastError[1024];
 
-  /* Last choices of the default tuner, by (collective, bytes): the model is deterministic,
-   * so repeated calls of one shape (the common case in training loops) skip it. */
+  /* Last choices, by call shape (collective, bytes, datatype, op): the model and a tuner
+   * plugin's answer are functions of the shape (tuner.h), so repeated calls of one shape (the
+   * common case in training loops) skip both. */
   struct {
-    int coll, algo, proto;
-    size_t bytes;
+    int coll, algo, proto, datatype, op;
+    size_t bytes, chunkBytes;
   } tuneCache[16];
 
   /* Plugins. */

@@ -240,10 +240,12 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   /* Slot 0 of a fresh comm is {coll 0, bytes 0, algo 0}: mark with algo+1 to tell "empty". */
   unsigned slot = (unsigned)((callBytes * 0x9e3779b97f4a7c15ull) >> 60) ^ (unsigned)args->coll;
   slot %= sizeof(comm->tuneCache) / sizeof(comm->tuneCache[0]);
-  if (!comm->tuner && comm->tuneCache[slot].algo > 0 && comm->tuneCache[slot].coll == (int)args->coll &&
-      comm->tuneCache[slot].bytes == callBytes) {
+  if (comm->tuneCache[slot].algo > 0 && comm->tuneCache[slot].coll == (int)args->coll &&
+      comm->tuneCache[slot].bytes == callBytes && comm->tuneCache[slot].datatype == (int)args->datatype &&
+      comm->tuneCache[slot].op == (int)args->op) {
     args->algo = comm->tuneCache[slot].algo - 1;
     args->proto = comm->tuneCache[slot].proto;
+    args->chunkBytes = comm->tuneCache[slot].chunkBytes;
     return;
   }
   /* The entries this call can run, and their modelled cost: only these can be picked. */
@@ -284,10 +286,11 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   if (algo < 0) algo = defaultAlgo, proto = defaultProto;
   args->algo = algo;
   args->proto = proto;
-  if (!comm->tuner) {
-    comm->tuneCache[slot].coll = (int)args->coll;
-    comm->tuneCache[slot].bytes = callBytes;
-    comm->tuneCache[slot].algo = algo + 1;
-    comm->tuneCache[slot].proto = proto;
-  }
+  comm->tuneCache[slot].coll = (int)args->coll;
+  comm->tuneCache[slot].bytes = callBytes;
+  comm->tuneCache[slot].datatype = (int)args->datatype;
+  comm->tuneCache[slot].op = (int)args->op;
+  comm->tuneCache[slot].algo = algo + 1;
+  comm->tuneCache[slot].proto = proto;
+  comm->tuneCache[slot].chunkBytes = args->chunkBytes;
 }

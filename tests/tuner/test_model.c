@@ -343,11 +343,40 @@ static void testTunerMasking(void) {
   int dflt = choose(&c, NCCLX_COLL_ALLREDUCE, 1 << 20);
   static const ncclxTuner_t revive = {.name = "revive", .abiVersion = 1, .getCollInfo = reviving};
   static const ncclxTuner_t fail = {.name = "fail", .abiVersion = 1, .getCollInfo = failing};
+  /* A real communicator keeps its tuner for life; this fake swaps it, so it also forgets
+   * the choices made per call shape. */
   c.tuner = &revive;
-  for (int k = 0; k < 3; k++) /* again: the table cache must not change the answer */
+  memset(c.tuneCache, 0, sizeof c.tuneCache);
+  for (int k = 0; k < 3; k++) /* again: the caches must not change the answer */
     CHECK(choose(&c, NCCLX_COLL_ALLREDUCE, 1 << 20) == NCCLX_ALGO_TREE);
   c.tuner = &fail;
+  memset(c.tuneCache, 0, sizeof c.tuneCache);
   CHECK(choose(&c, NCCLX_COLL_ALLREDUCE, 1 << 20) == dflt);
+}
+
+/* The tuner is asked once per call shape (collective, bytes, datatype, op). */
+static int countedCalls;
+static ncclxResult_t counting(void* ctx, const ncclxTunerQuery_v1_t* q, float* table,
+                              size_t* chunk, int* channels) {
+  (void)ctx, (void)q, (void)table, (void)chunk, (void)channels;
+  countedCalls++;
+  return ncclxSuccess;
+}
+
+static void testTunerAskedOncePerShape(void) {
+  struct ncclxComm c;
+  fakeComm(&c, 4, 1, 1);
+  static const ncclxTuner_t count = {.name = "count", .abiVersion = 1, .getCollInfo = counting};
+  c.tuner = &count;
+  for (int k = 0; k < 5; k++) choose(&c, NCCLX_COLL_ALLREDUCE, 1 << 10);
+  CHECK(countedCalls == 1);
+  choose(&c, NCCLX_COLL_ALLREDUCE, 1 << 11); /* another size: asked again */
+  CHECK(countedCalls == 2);
+  ncclxCollArgs a;
+  memset(&a, 0, sizeof a);
+  a.coll = NCCLX_COLL_ALLREDUCE, a.count = 1 << 10, a.datatype = ncclxFloat32, a.op = ncclxMax;
+  tuneSelect(&c, &a); /* another op: asked again */
+  CHECK(countedCalls == 3);
 }
 
 int main(void) {
@@ -366,6 +395,7 @@ int main(void) {
   testShmChoices();
   testToolHooks();
   testTunerMasking();
+  testTunerAskedOncePerShape();
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (failures == 0 && system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", dir);

@@ -14,6 +14,8 @@
  * (0 forces a choice) or set one to NCCLX_TUNER_IGNORE; it must never revive an ignored one:
  * the core re-checks and falls back to its own choice. The core picks the cheapest
  * non-negative entry. An error from getCollInfo is logged once and the default choice used.
+ * The answer must be a function of the query: a communicator asks once per call shape
+ * (collective, bytes, datatype, op) and reuses the choice for later calls of that shape.
  *
  * Every algorithm the tuner can pick is in the correctness suite, so a tuner can make a
  * collective slow but never wrong.
