@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "xfer.h"
 #include "ncclx/moe.h"
 #include "peers.h"
 #include "prof.h"
@@ -597,29 +598,18 @@ static ncclxResult_t connectPeers(dynState* st) {
   return res;
 }
 
-/* Waiting follows the progress engine's rule (core/src/xfer.c; kept in step by hand until
- * xfer.h exports it): poll before yielding, but with more ranks on this host than CPUs
- * spinning only holds the core the awaited peer needs, so yield almost at once. Other load
- * on the machine has the same effect unseen, so the budget adapts per thread: a wait that
- * outlasts the spin halves it, one that ends within it grows it back. Sleep in poll() only
- * after DYN_YIELDS yields and DYN_YIELD_SEC: the shared-memory transport arms its doorbell
- * after ~50 us of idle test() calls, and a sleep before that lasts the whole poll timeout. */
-#define DYN_SPIN_MIN 4u
-#define DYN_SPIN_MAX 200u
+/* Waiting follows the progress engine's rule (xferSpinPolls: poll before yielding, but
+ * yield almost at once when this host has more ranks than CPUs). Other load on the machine
+ * has the same effect unseen, so the budget adapts per thread: a wait that outlasts the spin
+ * halves it, one that ends within it grows it back. Sleep in poll() only after DYN_YIELDS
+ * yields and DYN_YIELD_SEC: the shared-memory transport arms its doorbell after ~50 us of
+ * idle test() calls, and a sleep before that lasts the whole poll timeout. */
+#define DYN_SPIN_MIN XFER_SPIN_OVERSUBSCRIBED
 #define DYN_YIELDS 200u
 #define DYN_YIELD_SEC 200e-6
 static __thread unsigned spinBudget;
 
-static unsigned spinLimit(const struct ncclxComm* comm) {
-  static int cpus = 0;
-  if (cpus == 0) {
-    cpu_set_t set;
-    int c = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (c <= 0) c = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    cpus = c > 0 ? c : 1;
-  }
-  return comm->ranksPerHostMax > cpus ? DYN_SPIN_MIN : DYN_SPIN_MAX;
-}
+static unsigned spinLimit(const struct ncclxComm* comm) { return xferSpinPolls(comm); }
 
 static unsigned spinPolls(const struct ncclxComm* comm) {
   unsigned limit = spinLimit(comm);

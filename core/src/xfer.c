@@ -329,12 +329,10 @@ static ncclxResult_t xferCheckStuck(ncclxXfer* x, struct xferState* s, int n,
  * faster at 4 ranks on 2 cores than 200 polls). An adaptive budget for ranks <= CPUs was
  * tried and dropped: under outside load, yields make every wait look long, so it decayed
  * to a few polls and 2-rank latency tripled. */
-#define XFER_SPIN_OVERSUBSCRIBED 4u
-#define XFER_SPIN_POLLS 200u  /* ~5 us at ~25 ns per idle poll */
 #define XFER_YIELDS 200u      /* then sleep in poll(), but not before: */
 #define XFER_YIELD_SEC 200e-6 /* ... this long without progress */
 
-static unsigned spinPolls(const struct ncclxComm* comm) {
+unsigned xferSpinPolls(const struct ncclxComm* comm) {
   static atomic_int cpus; /* CPUs we may run on, counted once */
   int c = atomic_load_explicit(&cpus, memory_order_relaxed);
   if (c == 0) {
@@ -377,7 +375,7 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
     if (s[i].msgsDone != s[i].msgsTotal) stepStart(&x[i], &s[i], i);
 
   double lastProgress = nowSec();
-  unsigned idle = 0, spins = spinPolls(comm);
+  unsigned idle = 0, spins = xferSpinPolls(comm);
   while (res == ncclxSuccess) {
     int progress = 0, pending = 0;
     for (int i = 0; i < n && res == ncclxSuccess; i++) {

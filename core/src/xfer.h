@@ -63,6 +63,13 @@ typedef struct {
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 
+/* Polls of a waiting rank before it yields: XFER_SPIN_POLLS, or XFER_SPIN_OVERSUBSCRIBED when
+ * this host has more ranks than CPUs (spinning then only holds the core the awaited peer
+ * needs). Shared by every wait loop of the core. */
+#define XFER_SPIN_POLLS 200u /* ~5 us at ~25 ns per idle poll */
+#define XFER_SPIN_OVERSUBSCRIBED 4u
+unsigned xferSpinPolls(const struct ncclxComm* comm);
+
 /* What ncclxCommDump sees of the step in progress (xfer.c publishes it on comm->live). */
 struct ncclxXferLive {
   ncclxXfer* xfers;
