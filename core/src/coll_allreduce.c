@@ -65,15 +65,17 @@ static int overlaps(const void* a, size_t alen, const void* b, size_t blen) {
 }
 
 /* Send sendCount elements to sendPeer while receiving recvCount elements from recvPeer and
- * reducing them into dst. The receive is staged in tmp (tmpElems elements, so it stays in
- * cache) and each piece is reduced as soon as it arrives, while the next ones are in
- * flight. peerFirst puts the incoming value on the left of op. When src and dst overlap
- * (recursive doubling sends the vector it reduces into), piece k is reduced only after
- * piece k has been sent. The peer runs the mirror call with the same tmpElems. */
+ * writing dst = incoming op other (other may be dst itself, or the user's send buffer on the
+ * first step, which saves copying the input into the output up front). The receive is
+ * staged in tmp (tmpElems elements, so it stays in cache) and each piece is reduced as soon
+ * as it arrives, while the next ones are in flight. peerFirst puts the incoming value on the
+ * left of op. When src and dst overlap (recursive doubling sends the vector it reduces
+ * into), piece k is reduced only after piece k has been sent. The peer runs the mirror call
+ * with the same tmpElems. */
 static ncclxResult_t exchangeReduce(struct ncclxComm* comm, const ncclxCollArgs* a, int sendPeer,
                                     const char* src, size_t sendCount, int recvPeer, char* dst,
-                                    size_t recvCount, int peerFirst, char* tmp,
-                                    size_t tmpElems) {
+                                    const char* other, size_t recvCount, int peerFirst,
+                                    char* tmp, size_t tmpElems) {
   size_t sz = ncclxTypeSize(a->datatype);
   if (sendPeer < 0) sendCount = 0;
   if (recvPeer < 0) recvCount = 0;
@@ -87,7 +89,7 @@ static ncclxResult_t exchangeReduce(struct ncclxComm* comm, const ncclxCollArgs*
   if (recvCount) {
     int gate = sendCount && overlaps(src, sendCount * sz, dst, recvCount * sz) ? n : 0;
     x[n++] = (ncclxXfer){.peer = recvPeer, .isSend = 0, .buf = tmp, .bytes = recvCount * sz,
-                         .chunk = chunk, .redDst = dst, .redOther = dst,
+                         .chunk = chunk, .redDst = dst, .redOther = (void*)other,
                          .redType = a->datatype, .redOp = a->op, .redPeerFirst = peerFirst,
                          .redAfter = gate};
   }
@@ -187,14 +189,20 @@ static int foldRealRank(const foldInfo* f, int newRank) {
   return newRank < f->rem ? newRank * 2 + 1 : newRank + f->rem;
 }
 
-/* Fold in: even ranks below 2*rem send everything to rank+1, which reduces it in. */
+/* Fold in: even ranks below 2*rem send their input (*cur) to rank+1, which reduces it
+ * into buf. *cur is where this rank's current values live: the user's send buffer until
+ * the first reduction writes buf. */
 static ncclxResult_t foldIn(struct ncclxComm* comm, const ncclxCollArgs* a, const foldInfo* f,
-                            char* buf, char* tmp, size_t tmpElems) {
+                            const char** cur, char* buf, char* tmp, size_t tmpElems) {
   int r = comm->rank;
   if (r >= 2 * f->rem) return ncclxSuccess;
   if (r % 2 == 0)
-    return exchangeReduce(comm, a, r + 1, buf, a->count, -1, NULL, 0, 0, tmp, tmpElems);
-  return exchangeReduce(comm, a, -1, NULL, 0, r - 1, buf, a->count, 1, tmp, tmpElems);
+    return exchangeReduce(comm, a, r + 1, *cur, a->count, -1, NULL, NULL, 0, 0, tmp,
+                          tmpElems);
+  NCCLX_CHECK(exchangeReduce(comm, a, -1, NULL, 0, r - 1, buf, *cur, a->count, 1, tmp,
+                             tmpElems));
+  *cur = buf;
+  return ncclxSuccess;
 }
 
 /* Fold out: the odd ranks hand the final result back. */
@@ -213,21 +221,25 @@ ncclxResult_t allreduceRecursiveDoubling(struct ncclxComm* comm, const ncclxColl
   int n = comm->nranks, r = comm->rank;
   size_t sz = ncclxTypeSize(a->datatype);
   char* recv = a->recvbuff;
+  const char* cur = a->sendbuff; /* no input copy: the first reduction reads it in place */
   if (a->count == 0) return ncclxSuccess;
-  copyIfDistinct(recv, a->sendbuff, a->count * sz);
-  if (n == 1) return ncclxSuccess;
+  if (n == 1) {
+    copyIfDistinct(recv, cur, a->count * sz);
+    return ncclxSuccess;
+  }
   size_t piece = pieceElems(comm, sz);
   char* tmp;
   NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
   foldInfo f = foldMake(r, n);
-  NCCLX_CHECK(foldIn(comm, a, &f, recv, tmp, piece));
+  NCCLX_CHECK(foldIn(comm, a, &f, &cur, recv, tmp, piece));
   if (f.newRank >= 0) {
     /* Exchange whole vectors with partners at distance 1, 2, 4, ...; the lower rank's value
      * is the left operand on both sides, so both compute the same bits. */
     for (int mask = 1; mask < f.pof2; mask <<= 1) {
       int partner = foldRealRank(&f, f.newRank ^ mask);
-      NCCLX_CHECK(exchangeReduce(comm, a, partner, recv, a->count, partner, recv, a->count,
-                                 partner < r, tmp, piece));
+      NCCLX_CHECK(exchangeReduce(comm, a, partner, cur, a->count, partner, recv, cur,
+                                 a->count, partner < r, tmp, piece));
+      cur = recv;
     }
     if (a->op == ncclxAvg) ncclxAvgFinish(recv, a->count, a->datatype, n);
   }
@@ -240,14 +252,17 @@ ncclxResult_t allreduceRabenseifner(struct ncclxComm* comm, const ncclxCollArgs*
   int n = comm->nranks, r = comm->rank;
   size_t sz = ncclxTypeSize(a->datatype), count = a->count;
   char* recv = a->recvbuff;
+  const char* cur = a->sendbuff; /* no input copy: the first reduction reads it in place */
   if (count == 0) return ncclxSuccess;
-  copyIfDistinct(recv, a->sendbuff, count * sz);
-  if (n == 1) return ncclxSuccess;
+  if (n == 1) {
+    copyIfDistinct(recv, cur, count * sz);
+    return ncclxSuccess;
+  }
   size_t piece = pieceElems(comm, sz);
   char* tmp;
   NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
   foldInfo f = foldMake(r, n);
-  NCCLX_CHECK(foldIn(comm, a, &f, recv, tmp, piece));
+  NCCLX_CHECK(foldIn(comm, a, &f, &cur, recv, tmp, piece));
   if (f.newRank >= 0) {
     int me = f.newRank, p = f.pof2;
     /* Reduce-scatter by recursive halving over p blocks: at distance mask each rank keeps the
@@ -259,9 +274,11 @@ ncclxResult_t allreduceRabenseifner(struct ncclxComm* comm, const ncclxCollArgs*
       int keepLo = (me & mask) ? mid : lo, keepHi = (me & mask) ? hi : mid;
       int sendLo = (me & mask) ? lo : mid, sendHi = (me & mask) ? mid : hi;
       size_t so = blockOff(count, p, sendLo), ko = blockOff(count, p, keepLo);
-      NCCLX_CHECK(exchangeReduce(comm, a, partner, recv + so * sz,
+      NCCLX_CHECK(exchangeReduce(comm, a, partner, cur + so * sz,
                                  blockOff(count, p, sendHi) - so, partner, recv + ko * sz,
-                                 blockOff(count, p, keepHi) - ko, partner < r, tmp, piece));
+                                 cur + ko * sz, blockOff(count, p, keepHi) - ko, partner < r,
+                                 tmp, piece));
+      cur = recv;
     }
     if (a->op == ncclxAvg)
       ncclxAvgFinish(recv + blockOff(count, p, me) * sz, blockLen(count, p, me), a->datatype, n);
