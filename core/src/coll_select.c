@@ -2,6 +2,7 @@
  * profiler events, NCCLX_ALGO and tuner rules files. */
 #include "coll.h"
 #include "coll_hier.h"
+#include "coll_ll.h"
 #include "debug.h"
 
 #define API __attribute__((visibility("default")))
@@ -122,6 +123,7 @@ int collAlgoSupportedOn(const struct ncclxComm* comm, ncclxCollType_t coll, int 
 }
 
 ncclxResult_t collRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
+  if (args->proto == NCCLX_PROTO_LL) return collLLRun(comm, args);
   collFn fn = collLookup(args->coll, args->algo, comm->nranks);
   if (!fn)
     return commFail(comm, ncclxInternalError,

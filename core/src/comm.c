@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "coll_hier.h"
+#include "coll_ll.h"
 #include "config.h"
 #include "debug.h"
 #include "peers.h"
@@ -253,6 +254,7 @@ static void commFreeResources(struct ncclxComm* comm) {
   free(comm->conns);
   comm->conns = NULL;
   collHierCommFree(comm);
+  collLLCommFree(comm);
   free(comm->scratch);
   comm->scratch = NULL;
   comm->scratchSize = 0;

@@ -52,6 +52,7 @@ struct ncclxComm {
   struct ncclxPeerInfo* peerInfo; /* nranks entries */
   int nhosts, ranksPerHostMax;
   struct ncclxHostMap* hostMap; /* coll_hier.c: built on the first hierarchical call */
+  struct ncclxLLBoard* ll;       /* coll_ll.c: mapped on the first LL-protocol call */
 
   /* Transports: tp[NCCLX_TP_NET] always, tp[NCCLX_TP_SHM] when [core] shm is on. */
   struct ncclxTransport tp[NCCLX_NUM_TP];

@@ -148,6 +148,7 @@ static const KnownKey knownKeys[] = {
     {"core", "host_id", KEY_NAME, 0, 0},
     {"core", "plugin_path", KEY_PATH_LIST, 0, 0},
     {"core", "check_mismatch", KEY_BOOL, 0, 0},
+    {"core", "ll_max_bytes", KEY_SIZE, 0, 16384},
     {"net", "plugin", KEY_NAME_LIST, 0, 0},
     {"net", "device", KEY_INT, 0, INT_MAX},
     {"tuner", "plugin", KEY_NAME, 0, 0},

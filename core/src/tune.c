@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "coll_hier.h"
+#include "coll_ll.h"
 #include "debug.h"
 #include "plugin_loader.h"
 #include "reduce.h"
@@ -21,6 +22,7 @@
 
 static pthread_once_t overrideOnce = PTHREAD_ONCE_INIT;
 static int overrideAlgo[NCCLX_NUM_COLLS];
+static int overrideProto = -1; /* NCCLX_PROTO=simple|ll: that protocol whenever it can run */
 
 static int lookupName(const char* s, const char* (*nameOf)(int), int n) {
   for (int i = 0; i < n; i++) {
@@ -33,6 +35,11 @@ static int lookupName(const char* s, const char* (*nameOf)(int), int n) {
 /* NCCLX_ALGO=allreduce:ring,allgather:bruck */
 static void parseOverride(void) {
   for (int c = 0; c < NCCLX_NUM_COLLS; c++) overrideAlgo[c] = -1;
+  const char* proto = getenv("NCCLX_PROTO");
+  if (proto && *proto) {
+    overrideProto = lookupName(proto, ncclxProtoName, NCCLX_NUM_PROTOS);
+    if (overrideProto < 0) WARN("NCCLX_PROTO: unknown protocol '%s' (simple, ll); ignored", proto);
+  }
   const char* env = getenv("NCCLX_ALGO");
   if (!env || !*env) return;
   char buf[512];
@@ -117,8 +124,15 @@ TOOL_API void ncclxTuneToolReduce(void* dst, const void* src, size_t count, nccl
   ncclxReduceInPlace(dst, src, count, type, ncclxSum);
 }
 
-/* Fills the cost table of one call: NCCLX_TUNER_IGNORE everywhere except the algorithms
- * that can run it on comm (simple protocol, the only one implemented), listed in valid[]. */
+/* The LL protocol's constants, measured here (2 ranks, 8 B .. 4 KiB allreduce and allgather
+ * against the simple protocol's fit): a call's fixed cost and the cost of a byte moved
+ * through the board's cache lines. */
+#define TUNE_LL_ALPHA_US 0.30
+#define TUNE_LL_BETA_US_PER_BYTE 2.0e-4
+
+/* Fills the cost table of one call: NCCLX_TUNER_IGNORE everywhere except the entries that can
+ * run it on comm (the simple protocol's algorithms, and (linear, ll) where the LL protocol
+ * can), listed in valid[]. */
 static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll,
                               size_t callBytes, float* table, int* valid, int* nvalid) {
   const TuneModel* m = tuneModelGet();
@@ -140,6 +154,13 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
     table[a * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE] = (float)c;
     valid[(*nvalid)++] = a * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE;
   }
+  /* LL: one round through the host's board, entered as (linear, ll). */
+  if (collLLRunnable(comm, coll, callBytes)) {
+    int e = NCCLX_ALGO_LINEAR * NCCLX_NUM_PROTOS + NCCLX_PROTO_LL;
+    table[e] = (float)collLLModelCost(comm, coll, callBytes, TUNE_LL_ALPHA_US,
+                                      TUNE_LL_BETA_US_PER_BYTE, m->gammaUsPerByte);
+    valid[(*nvalid)++] = e;
+  }
 }
 
 /* With a tuner plugin the core cannot cache its final choice (a tuner may answer
@@ -148,10 +169,11 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
  * every call; the key holds everything the table depends on, so entries never go stale. */
 typedef struct {
   int used, coll, nranks, nhosts, perHost, tp;
+  const void* peers; /* the comm's peer table: whether LL can run depends on it */
   size_t bytes, chunk;
   unsigned modelGen;
   int nvalid;
-  int valid[NCCLX_NUM_ALGOS];
+  int valid[NCCLX_NUM_ALGOS + 1];
   float table[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
 } TableCacheEntry;
 static _Thread_local TableCacheEntry tableCache[4];
@@ -163,10 +185,12 @@ static void modelTable(const struct ncclxComm* comm, ncclxCollType_t coll, size_
   TableCacheEntry* e = &tableCache[((callBytes * 0x9e3779b97f4a7c15ull) >> 62) ^ ((unsigned)coll & 3u)];
   if (!(e->used && e->coll == (int)coll && e->bytes == callBytes && e->nranks == comm->nranks &&
         e->nhosts == comm->nhosts && e->perHost == comm->ranksPerHostMax && e->tp == tp &&
+        e->peers == (const void*)comm->peerInfo &&
         e->chunk == comm->chunkBytes && e->modelGen == gen)) {
     modelTableCompute(comm, coll, callBytes, e->table, e->valid, &e->nvalid);
     e->used = 1, e->coll = (int)coll, e->bytes = callBytes, e->nranks = comm->nranks;
     e->nhosts = comm->nhosts, e->perHost = comm->ranksPerHostMax, e->tp = tp;
+    e->peers = comm->peerInfo;
     e->chunk = comm->chunkBytes, e->modelGen = gen;
   }
   memcpy(table, e->table, sizeof(e->table));
@@ -250,7 +274,7 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
   }
   /* The entries this call can run, and their modelled cost: only these can be picked. */
   float table[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
-  int valid[NCCLX_NUM_ALGOS], nvalid = 0;
+  int valid[NCCLX_NUM_ALGOS + 1], nvalid = 0;
   modelTable(comm, args->coll, callBytes, table, valid, &nvalid);
   int algo = -1, proto = NCCLX_PROTO_SIMPLE;
   pickAmong(table, valid, nvalid, &algo, &proto);
@@ -275,6 +299,14 @@ void tuneSelect(struct ncclxComm* comm, ncclxCollArgs* args) {
     else
       TRACE(NCCLX_LOG_TUNING, "tuner '%s' left no runnable entry for %s of %zu bytes; default "
             "choice kept", comm->tuner->name, ncclxCollName(args->coll), callBytes);
+  }
+  if (overrideProto >= 0 && proto != overrideProto) {
+    /* The cheapest entry of that protocol, if the call can run on it at all. */
+    float only[NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS];
+    for (int i = 0; i < NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS; i++)
+      only[i] = i % NCCLX_NUM_PROTOS == overrideProto ? table[i] : NCCLX_TUNER_IGNORE;
+    int a = -1, p = -1;
+    if (pickAmong(only, valid, nvalid, &a, &p)) algo = a, proto = p;
   }
   int forced = overrideAlgo[args->coll];
   if (forced >= 0) {

@@ -13,6 +13,10 @@
  *   fault_kill timeout-cold  same, but rank 3 never joins any collective (no connection to it
  *                            exists yet).
  *
+ *   fault_kill mismatch      rank 1 calls a broadcast where the others call an allreduce of the
+ *                            same count: every rank fails within 10 s (timeout_s = 20) and
+ *                            every message says the collectives differ.
+ *
  * Each child checks its own conditions and exits 0 or 1; the parent checks exit statuses
  * and a wall-clock bound. */
 #include <pthread.h>
@@ -26,7 +30,9 @@
 #include "mp_util.h"
 
 #define NRANKS 4
-#define COUNT (1u << 18) /* 1 MiB of float32 */
+/* 1 MiB of float32 (the simple protocol's pipelines), or MP_FAULT_COUNT elements (16: the
+ * LL protocol's shared board, where a dead rank is seen through its pidfd). */
+static size_t g_count = 1u << 18;
 
 static mpJob g_job;
 static double g_timeout; /* seconds, the [core] timeout_s this scenario runs with */
@@ -45,13 +51,13 @@ static ncclxComm_t initRank(int rank, ncclxUniqueId id) {
 }
 
 static void fillInput(float* s, int rank, int it) {
-  for (size_t i = 0; i < COUNT; i++) s[i] = (float)(rank + it + (int)(i % 3));
+  for (size_t i = 0; i < g_count; i++) s[i] = (float)(rank + it + (int)(i % 3));
 }
 
 /* Sum over 4 ranks of rank + it + i%3. */
 static size_t countWrong(const float* r, int it) {
   size_t bad = 0;
-  for (size_t i = 0; i < COUNT; i++) bad += r[i] != (float)(6 + 4 * it + 4 * (int)(i % 3));
+  for (size_t i = 0; i < g_count; i++) bad += r[i] != (float)(6 + 4 * it + 4 * (int)(i % 3));
   return bad;
 }
 
@@ -87,12 +93,12 @@ static int checkFailure(int rank, ncclxComm_t comm, ncclxResult_t res, double el
 static int killRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   (void)nranks, (void)arg;
   ncclxComm_t comm = initRank(rank, id);
-  float* s = malloc(COUNT * sizeof(float));
-  float* r = malloc(COUNT * sizeof(float));
+  float* s = malloc(g_count * sizeof(float));
+  float* r = malloc(g_count * sizeof(float));
   for (int it = 0; it < 40; it++) {
     fillInput(s, rank, it);
     double t0 = mpNow();
-    ncclxResult_t res = ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL);
+    ncclxResult_t res = ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL);
     double dt = mpNow() - t0;
     if (res == ncclxSuccess) {
       size_t wrong = countWrong(r, it);
@@ -166,13 +172,13 @@ static int abortRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
     ncclxCommAbort(comm);
     return 0;
   }
-  float* s = calloc(COUNT, sizeof(float));
-  float* r = calloc(COUNT, sizeof(float));
+  float* s = calloc(g_count, sizeof(float));
+  float* r = calloc(g_count, sizeof(float));
   AbortCall a = {comm, 0, 0, ncclxSuccess};
   pthread_t th;
   pthread_create(&th, NULL, abortLater, &a);
   double t0 = mpNow();
-  ncclxResult_t res = ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL);
+  ncclxResult_t res = ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL);
   double t1 = mpNow();
   pthread_join(th, NULL);
   /* comm is gone after the abort: only the thread's message is safe to read. */
@@ -217,11 +223,11 @@ static int timeoutRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   (void)nranks;
   int warm = *(int*)arg;
   ncclxComm_t comm = initRank(rank, id);
-  float* s = malloc(COUNT * sizeof(float));
-  float* r = malloc(COUNT * sizeof(float));
+  float* s = malloc(g_count * sizeof(float));
+  float* r = malloc(g_count * sizeof(float));
   if (warm) {
     fillInput(s, rank, 0);
-    MP_CALL(rank, comm, ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL));
+    MP_CALL(rank, comm, ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL));
     if (countWrong(r, 0)) return failf(rank, "warm-up allreduce %s gave wrong data", "");
   }
   if (rank == 3) {
@@ -233,7 +239,7 @@ static int timeoutRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   }
   fillInput(s, rank, 1);
   double t0 = mpNow();
-  ncclxResult_t res = ncclxAllReduce(s, r, COUNT, ncclxFloat32, ncclxSum, comm, NULL);
+  ncclxResult_t res = ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL);
   double dt = mpNow() - t0;
   if (res == ncclxSuccess) return failf(rank, "allreduce %s succeeded without rank 3", "");
   const char* msg = ncclxGetLastError(comm);
@@ -268,24 +274,73 @@ static int runTimeout(int warm) {
   return bad ? 1 : 0;
 }
 
+/* ---------------------------------------------------------------- mismatch */
+
+static int mismatchRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  float* s = malloc(g_count * sizeof(float));
+  float* r = malloc(g_count * sizeof(float));
+  fillInput(s, rank, 0);
+  MP_CALL(rank, comm, ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL));
+  if (countWrong(r, 0)) return failf(rank, "allreduce %s gave wrong data", "0");
+  double t0 = mpNow();
+  ncclxResult_t res = rank == 1 ? ncclxBroadcast(s, r, g_count, ncclxFloat32, 0, comm, NULL)
+                                : ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL);
+  double dt = mpNow() - t0;
+  const char* msg = ncclxGetLastError(comm);
+  printf("rank %d: %s returned %s after %.2f s: \"%s\"\n", rank,
+         rank == 1 ? "broadcast" : "allreduce", ncclxGetErrorString(res), dt, msg);
+  int bad = 0;
+  if (res == ncclxSuccess) bad += failf(rank, "the mismatched call %s", "succeeded");
+  if (dt > 10.0) bad += failf(rank, "failing took more than %s", "10 s");
+  if (!mpContainsCI(msg, "differ")) bad += failf(rank, "message does not say the calls %s", "differ");
+  ncclxCommAbort(comm);
+  free(s);
+  free(r);
+  return bad ? 1 : 0;
+}
+
+static int runMismatch(void) {
+  double t0 = mpNow();
+  ncclxUniqueId id;
+  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, mismatchRank, id, NULL);
+  int all[NRANKS] = {0, 1, 2, 3};
+  mpJobWait(&g_job, all, NRANKS, t0 + 60.0);
+  int bad = 0;
+  char d[96];
+  for (int r = 0; r < NRANKS; r++) {
+    int ok = mpExitedZero(&g_job, r);
+    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
+    bad += !ok;
+  }
+  mpJobKillRest(&g_job);
+  printf("parent: mismatch scenario took %.1f s\n", mpNow() - t0);
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const char* sc = argc > 1 ? argv[1] : "";
   int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
-  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort")) {
-    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold\n", argv[0]);
+  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "mismatch")) {
+    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold|mismatch\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* Before any ncclx call: the configuration is read once per process and children
    * inherit it. */
+  if (getenv("MP_FAULT_COUNT")) g_count = (size_t)strtoul(getenv("MP_FAULT_COUNT"), NULL, 10);
   g_timeout = isTimeout ? 3.0 : 20.0;
   setenv("NCCLX_CORE_TIMEOUT_S", isTimeout ? "3" : "20", 1);
   /* SIGPIPE keeps its default action: a write to a dead peer must not kill a survivor. */
   mpJobInit(&g_job, NRANKS);
-  printf("fault_kill %s: %d forked ranks, timeout_s=%.0f\n", sc, NRANKS, g_timeout);
+  printf("fault_kill %s: %d forked ranks, timeout_s=%.0f, %zu floats per allreduce\n", sc, NRANKS,
+         g_timeout, g_count);
   int rc;
   if (!strcmp(sc, "kill")) rc = runKill();
   else if (!strcmp(sc, "abort")) rc = runAbort();
+  else if (!strcmp(sc, "mismatch")) rc = runMismatch();
   else rc = runTimeout(!strcmp(sc, "timeout"));
   printf("fault_kill %s: %s\n", sc, rc ? "FAIL" : "PASS");
   return rc;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coll_ll.h"
 #include "config.h"
 #include "perf_hooks.h" /* with tune.h: the compiler checks that the prototypes agree */
 #include "tune.h"
@@ -288,6 +289,36 @@ static void testShmChoices(void) {
   CHECK(xShm > 0 && xNet > 0 && xShm < xNet);
 }
 
+/* The LL protocol enters the table as (linear, ll) where it can run: one host, shared memory
+ * with every rank, at most ll_max_bytes (4096 by default) contributed per rank. */
+static void testLLChoices(void) {
+  struct ncclxPeerInfo info[4];
+  memset(info, 0, sizeof info);
+  for (int r = 0; r < 4; r++) info[r].shmEnabled = 1;
+  struct ncclxComm c, twoHosts, noShm;
+  fakeComm(&c, 4, 1, 1);
+  fakeComm(&twoHosts, 4, 2, 1);
+  fakeComm(&noShm, 4, 1, 1);
+  c.peerInfo = twoHosts.peerInfo = noShm.peerInfo = info;
+  CHECK(collLLMaxBytes() == 4096);
+  CHECK(collLLRunnable(&c, NCCLX_COLL_ALLREDUCE, 4096));
+  CHECK(!collLLRunnable(&c, NCCLX_COLL_ALLREDUCE, 4100));
+  CHECK(collLLRunnable(&c, NCCLX_COLL_ALLGATHER, 4 * 4096)); /* 4096 per rank */
+  CHECK(!collLLRunnable(&c, NCCLX_COLL_ALLTOALLV, 64));
+  CHECK(collLLRunnable(&c, NCCLX_COLL_BARRIER, 0));
+  CHECK(!collLLRunnable(&twoHosts, NCCLX_COLL_ALLREDUCE, 64));
+  ncclxCollArgs a;
+  memset(&a, 0, sizeof a);
+  a.coll = NCCLX_COLL_ALLREDUCE, a.count = 2, a.datatype = ncclxFloat32, a.op = ncclxSum;
+  tuneSelect(&c, &a);
+  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
+  a.count = 1 << 20; /* 4 MiB: far beyond LL */
+  tuneSelect(&c, &a);
+  CHECK(a.proto == NCCLX_PROTO_SIMPLE && collAlgoSupportedOn(&c, a.coll, a.algo));
+  info[2].shmEnabled = 0; /* one rank without shared memory: nobody uses the board */
+  CHECK(!collLLRunnable(&noShm, NCCLX_COLL_ALLREDUCE, 64));
+}
+
 static void testToolHooks(void) {
   struct ncclxComm c;
   fakeComm(&c, 3, 1, 1);
@@ -393,6 +424,7 @@ int main(void) {
   testConfigKey();
   testTransport();
   testShmChoices();
+  testLLChoices();
   testToolHooks();
   testTunerMasking();
   testTunerAskedOncePerShape();

@@ -1,0 +1,559 @@
+/* The low-latency (LL) protocol: small collectives of ranks that share one host, through one
+ * shared-memory board per communicator.
+ *
+ * Each rank owns a region of 64-byte lines in each of two banks; a line carries 48 bytes of
+ * data, the call's signature and the call's sequence number, so data and flag arrive in the
+ * same cache line and a reader needs no separate doorbell or fence per message. Every LL
+ * collective is one round: each rank that contributes writes its whole input into its region
+ * of bank (seq & 1), then reads what it needs from the others' regions (allreduce: all of
+ * them, reduced in rank order so that every rank computes the same bits; broadcast: the
+ * root's; alltoall: its block of each). No transport connection is used.
+ *
+ * Reuse of a bank: call k overwrites call k-2's lines, so a writer first makes sure every
+ * rank has finished call k-2 (ctl[r].done). After a call that read every rank's lines of
+ * call k, every rank has finished call k-1 (it wrote call k after it), so in the usual
+ * back-to-back allreduces the check costs nothing; broadcast and reduce, where a rank can run
+ * ahead, read the done counters.
+ *
+ * The board is created by rank 0 on the first LL call (all ranks are on its host) under a
+ * name every rank derives from rank 0's pid and the comm hash, and unlinked once all ranks
+ * have it mapped. Waits spin, yield, then sleep on a futex in the board, and end with the
+ * comm's timeout or an abort notice. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_ll.h"
+#include "config.h"
+#include "debug.h"
+#include "reduce.h"
+#include "xfer.h"
+
+#define LL_PAYLOAD 48
+#define LL_MAGIC 0x6472616f624c4c78ull /* "xLLboard" */
+#define LL_READY 0x59444552u
+#define LL_DEFAULT_MAX_BYTES 4096
+#define LL_YIELDS 200u
+#define LL_YIELD_NS 200000ull
+
+typedef struct {
+  unsigned char data[LL_PAYLOAD];
+  uint64_t sig;            /* llSig() of the call that wrote the line */
+  _Atomic uint64_t seq;    /* that call's sequence number, stored last (release) */
+} llLine;
+_Static_assert(sizeof(llLine) == 64, "an LL line is one cache line");
+
+typedef struct {
+  _Atomic uint64_t done; /* last LL call this rank finished */
+  char pad[56];
+} llCtl;
+
+typedef struct {
+  uint64_t magic, commHash, lines; /* lines per region */
+  uint32_t nranks;
+  _Atomic uint32_t ready, attached;
+  char pad0[28];
+  _Alignas(64) _Atomic uint32_t sleepers; /* ranks asleep in llWaitStep */
+  _Atomic uint32_t wake;                    /* futex word: bumped when sleepers may proceed */
+  char pad1[56];
+} llHeader;
+_Static_assert(sizeof(llHeader) == 128, "LL header is two lines");
+
+struct ncclxLLBoard {
+  char name[64];
+  void* map;
+  size_t mapBytes;
+  llHeader* hdr;
+  llCtl* ctl;
+  llLine* lines; /* [bank][rank][line] */
+  size_t perRegion;
+  uint64_t seq;       /* last call started */
+  uint64_t knownDone; /* every rank has finished at least this call */
+  int unlinked;
+  int* pidfds; /* per rank, opened when a wait on that rank gets long; -1 if not (yet) */
+};
+
+static size_t llMaxBytesValue;
+static pthread_once_t llMaxOnce = PTHREAD_ONCE_INIT;
+static void llReadMax(void) {
+  size_t v = LL_DEFAULT_MAX_BYTES;
+  if (ncclxConfigGetSize("core", "ll_max_bytes", v, &v) != ncclxSuccess) v = LL_DEFAULT_MAX_BYTES;
+  if (v > COLL_LL_MAX_BYTES_LIMIT) {
+    WARN("[core] ll_max_bytes %zu is above the limit %zu; using the limit", v,
+         (size_t)COLL_LL_MAX_BYTES_LIMIT);
+    v = COLL_LL_MAX_BYTES_LIMIT;
+  }
+  llMaxBytesValue = v;
+}
+size_t collLLMaxBytes(void) {
+  pthread_once(&llMaxOnce, llReadMax);
+  return llMaxBytesValue;
+}
+
+/* Bytes one rank writes for a call of callBytes (tuneCallBytes). */
+static size_t llInputBytes(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
+  return coll == NCCLX_COLL_ALLGATHER ? callBytes / (size_t)comm->nranks : callBytes;
+}
+
+int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
+  if (collLLMaxBytes() == 0 || coll == NCCLX_COLL_ALLTOALLV || comm->nranks < 2 || comm->nranks > COLL_LL_MAX_RANKS ||
+      comm->nhosts != 1 || !comm->tp[NCCLX_TP_SHM].net)
+    return 0;
+  if (llInputBytes(comm, coll, callBytes) > collLLMaxBytes() || !comm->peerInfo) return 0;
+  for (int r = 0; r < comm->nranks; r++)
+    if (!comm->peerInfo[r].shmEnabled) return 0;
+  return 1;
+}
+
+double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
+                       double alphaUs, double betaUsPerByte, double gammaUsPerByte) {
+  double n = comm->nranks, in = (double)llInputBytes(comm, coll, callBytes);
+  double read = 0, reduce = 0;
+  switch (coll) {
+    case NCCLX_COLL_ALLREDUCE: read = n * in, reduce = n * in; break;
+    case NCCLX_COLL_REDUCE: read = n * in, reduce = n * in; break;
+    case NCCLX_COLL_REDUCESCATTER: read = in, reduce = in; break;
+    case NCCLX_COLL_BROADCAST: read = in; break;
+    default: read = n * in; break; /* allgather, alltoall (in is the whole send), barrier */
+  }
+  /* Reading a line another core just wrote costs a cache-line transfer per 48 bytes. */
+  return alphaUs + (in + read) * betaUsPerByte + reduce * gammaUsPerByte;
+}
+
+/* ---------------- the board ---------------- */
+
+static size_t llBoardBytes(int nranks, size_t perRegion) {
+  return sizeof(llHeader) + (size_t)nranks * sizeof(llCtl) +
+         2 * (size_t)nranks * perRegion * sizeof(llLine);
+}
+
+static double llNowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bounded wait during setup: 0 to retry, an error when the comm failed or time ran out. */
+static ncclxResult_t llSetupPause(struct ncclxComm* comm, double start, const char* what) {
+  char notice[1024];
+  if (atomic_load(&comm->abortFlag)) {
+    ncclxResult_t res = commCheckHealthy(comm);
+    return res != ncclxSuccess ? res : ncclxInvalidUsage;
+  }
+  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
+    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  if (comm->timeoutSec > 0 && llNowSec() - start > comm->timeoutSec)
+    return commFail(comm, ncclxRemoteError, "LL protocol: timeout after %.0f s waiting for %s",
+                    comm->timeoutSec, what);
+  usleep(50);
+  return ncclxSuccess;
+}
+
+static ncclxResult_t llMapFd(struct ncclxComm* comm, struct ncclxLLBoard* b, int fd) {
+  b->map = mmap(NULL, b->mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (b->map == MAP_FAILED) {
+    b->map = NULL;
+    return commFail(comm, ncclxSystemError, "LL protocol: cannot map %s (%zu bytes): %s",
+                    b->name, b->mapBytes, strerror(errno));
+  }
+  b->hdr = b->map;
+  b->ctl = (llCtl*)((char*)b->map + sizeof(llHeader));
+  b->lines = (llLine*)(b->ctl + comm->nranks);
+  return ncclxSuccess;
+}
+
+static ncclxResult_t llCreate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
+  int fd = shm_open(b->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return commFail(comm, ncclxSystemError, "LL protocol: cannot create /dev/shm%s: %s", b->name,
+                    strerror(errno));
+  if (ftruncate(fd, (off_t)b->mapBytes) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(b->name);
+    return commFail(comm, ncclxSystemError, "LL protocol: cannot size /dev/shm%s to %zu bytes: %s",
+                    b->name, b->mapBytes, strerror(e));
+  }
+  ncclxResult_t res = llMapFd(comm, b, fd);
+  if (res != ncclxSuccess) {
+    shm_unlink(b->name);
+    return res;
+  }
+  b->hdr->magic = LL_MAGIC;
+  b->hdr->commHash = comm->commHash;
+  b->hdr->lines = b->perRegion;
+  b->hdr->nranks = (uint32_t)comm->nranks;
+  atomic_store_explicit(&b->hdr->ready, LL_READY, memory_order_release);
+  return ncclxSuccess;
+}
+
+static ncclxResult_t llOpen(struct ncclxComm* comm, struct ncclxLLBoard* b) {
+  double start = llNowSec();
+  char what[160];
+  snprintf(what, sizeof(what), "rank 0 to create the LL board /dev/shm%s", b->name);
+  for (;;) {
+    int fd = shm_open(b->name, O_RDWR, 0);
+    if (fd >= 0) {
+      struct stat st;
+      if (fstat(fd, &st) == 0 && (size_t)st.st_size == b->mapBytes) {
+        NCCLX_CHECK(llMapFd(comm, b, fd));
+        break;
+      }
+      if (fstat(fd, &st) == 0 && (size_t)st.st_size > b->mapBytes) {
+        close(fd);
+        return commFail(comm, ncclxInvalidUsage,
+                        "LL protocol: board /dev/shm%s has %zu bytes, this rank expects %zu "
+                        "(different [core] ll_max_bytes on different ranks?)",
+                        b->name, (size_t)st.st_size, b->mapBytes);
+      }
+      close(fd); /* rank 0 has not sized it yet */
+    } else if (errno != ENOENT) {
+      return commFail(comm, ncclxSystemError, "LL protocol: cannot open /dev/shm%s: %s", b->name,
+                      strerror(errno));
+    }
+    NCCLX_CHECK(llSetupPause(comm, start, what));
+  }
+  while (atomic_load_explicit(&b->hdr->ready, memory_order_acquire) != LL_READY)
+    NCCLX_CHECK(llSetupPause(comm, start, what));
+  if (b->hdr->magic != LL_MAGIC || b->hdr->commHash != comm->commHash ||
+      b->hdr->nranks != (uint32_t)comm->nranks || b->hdr->lines != b->perRegion)
+    return commFail(comm, ncclxInvalidUsage,
+                    "LL protocol: board /dev/shm%s describes %u ranks x %llu lines, this rank "
+                    "expects %d x %zu (different [core] ll_max_bytes on different ranks?)",
+                    b->name, b->hdr->nranks, (unsigned long long)b->hdr->lines, comm->nranks,
+                    b->perRegion);
+  return ncclxSuccess;
+}
+
+static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) {
+  if (comm->ll) {
+    *out = comm->ll;
+    return ncclxSuccess;
+  }
+  struct ncclxLLBoard* b = calloc(1, sizeof(*b));
+  if (!b) return commFail(comm, ncclxSystemError, "LL protocol: out of memory");
+  b->pidfds = malloc((size_t)comm->nranks * sizeof(int));
+  if (!b->pidfds) {
+    free(b);
+    return commFail(comm, ncclxSystemError, "LL protocol: out of memory");
+  }
+  for (int r = 0; r < comm->nranks; r++) b->pidfds[r] = -2; /* not opened yet */
+  b->perRegion = (collLLMaxBytes() + LL_PAYLOAD - 1) / LL_PAYLOAD;
+  if (b->perRegion == 0) b->perRegion = 1;
+  b->mapBytes = llBoardBytes(comm->nranks, b->perRegion);
+  /* Matches the shm transport's stale-object pattern: removed if rank 0's process dies. */
+  snprintf(b->name, sizeof(b->name), "/ncclx-%d-%016llx", comm->peerInfo[0].pid,
+           (unsigned long long)(comm->commHash ^ LL_MAGIC));
+  ncclxResult_t res = comm->rank == 0 ? llCreate(comm, b) : llOpen(comm, b);
+  if (res != ncclxSuccess) {
+    if (b->map) munmap(b->map, b->mapBytes);
+    free(b->pidfds);
+    free(b);
+    return res;
+  }
+  if (atomic_fetch_add(&b->hdr->attached, 1) + 1 == (uint32_t)comm->nranks) {
+    shm_unlink(b->name); /* everyone has it: nothing left behind, whatever happens next */
+    b->unlinked = 1;
+  }
+  INFO(NCCLX_LOG_INIT, "LL protocol: board /dev/shm%s, %zu bytes (%d ranks x %zu bytes x 2 banks)",
+       b->name, b->mapBytes, comm->nranks, b->perRegion * LL_PAYLOAD);
+  comm->ll = b;
+  *out = b;
+  return ncclxSuccess;
+}
+
+void collLLCommFree(struct ncclxComm* comm) {
+  struct ncclxLLBoard* b = comm->ll;
+  if (!b) return;
+  /* Rank 0 removes the name if some rank never attached (the others time out). */
+  if (comm->rank == 0 && !b->unlinked &&
+      atomic_load(&b->hdr->attached) < (uint32_t)comm->nranks)
+    shm_unlink(b->name);
+  munmap(b->map, b->mapBytes);
+  for (int r = 0; b->pidfds && r < comm->nranks; r++)
+    if (b->pidfds[r] >= 0) close(b->pidfds[r]);
+  free(b->pidfds);
+  free(b);
+  comm->ll = NULL;
+}
+
+/* ---------------- waiting ---------------- */
+
+typedef struct {
+  struct ncclxComm* comm;
+  struct ncclxLLBoard* b;
+  unsigned polls, spins, yields;
+  double start;
+  uint64_t yieldStartNs;
+} llWaiter;
+
+static uint64_t llNowNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void llWaiterInit(llWaiter* w, struct ncclxComm* comm, struct ncclxLLBoard* b) {
+  memset(w, 0, sizeof(*w));
+  w->comm = comm;
+  w->b = b;
+  w->spins = xferSpinPolls(comm);
+}
+
+static void llWakeSleepers(struct ncclxLLBoard* b) {
+  atomic_thread_fence(memory_order_seq_cst); /* our stores before the sleepers check */
+  if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) == 0) return;
+  atomic_fetch_add(&b->hdr->wake, 1);
+  syscall(SYS_futex, (uint32_t*)&b->hdr->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Whether rank's process has exited (all LL ranks share this host). A pidfd turns readable
+ * when the process exits, zombie or not; kill(pid, 0) would still see a zombie. Opened on the
+ * first long wait for that rank only. */
+static int llRankExited(struct ncclxLLBoard* b, const struct ncclxComm* comm, int rank) {
+  if (rank == comm->rank) return 0;
+  if (b->pidfds[rank] == -2) {
+    b->pidfds[rank] = (int)syscall(SYS_pidfd_open, (pid_t)comm->peerInfo[rank].pid, 0);
+    if (b->pidfds[rank] < 0 && errno == ESRCH) return 1; /* exited and already reaped */
+  }
+  if (b->pidfds[rank] < 0) return 0; /* no pidfd (old kernel, another pid namespace): timeout */
+  struct pollfd p = {.fd = b->pidfds[rank], .events = POLLIN};
+  return poll(&p, 1, 0) == 1;
+}
+
+/* One more round of waiting for *word >= want: spin, yield, then sleep up to 1 ms at a time
+ * on the board's futex. Fails on abort, an abort notice or the comm's timeout; `who` names
+ * what we wait for in the message. */
+static ncclxResult_t llWaitStep(llWaiter* w, _Atomic uint64_t* word, uint64_t want,
+                                const char* who, int whoRank) {
+  struct ncclxComm* comm = w->comm;
+  if (++w->polls < w->spins) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    return ncclxSuccess;
+  }
+  if (w->start == 0) w->start = llNowSec();
+  uint64_t now = llNowNs();
+  if (w->yields == 0) w->yieldStartNs = now;
+  if (w->yields < LL_YIELDS || now - w->yieldStartNs < LL_YIELD_NS) {
+    w->yields++;
+    sched_yield();
+  } else {
+    llHeader* h = w->b->hdr;
+    atomic_fetch_add(&h->sleepers, 1);
+    uint32_t seen = atomic_load(&h->wake);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(word, memory_order_acquire) < want) {
+      struct timespec ts = {0, 1000000};
+      syscall(SYS_futex, (uint32_t*)&h->wake, FUTEX_WAIT, seen, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&h->sleepers, 1);
+  }
+  if ((w->polls & 63u) != 0) return ncclxSuccess;
+  char notice[1024], desc[128];
+  if (atomic_load(&comm->abortFlag)) {
+    ncclxResult_t res = commCheckHealthy(comm);
+    return res != ncclxSuccess ? res : ncclxInvalidUsage;
+  }
+  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
+    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  if (w->yields >= LL_YIELDS && llRankExited(w->b, comm, whoRank))
+    return commFail(comm, ncclxRemoteError, "%s #%llu (LL protocol): %s exited while this rank "
+                    "waited for %s", comm->curOpName ? comm->curOpName : "operation",
+                    (unsigned long long)comm->curOpSeq,
+                    commDescribeRank(comm, whoRank, desc, sizeof(desc)), who);
+  if (comm->timeoutSec > 0 && llNowSec() - w->start > comm->timeoutSec)
+    return commFail(comm, ncclxRemoteError,
+                    "timeout: no progress for %.0f s during %s #%llu (LL protocol), waiting for "
+                    "%s of %s",
+                    comm->timeoutSec, comm->curOpName ? comm->curOpName : "operation",
+                    (unsigned long long)comm->curOpSeq, who,
+                    commDescribeRank(comm, whoRank, desc, sizeof(desc)));
+  return ncclxSuccess;
+}
+
+/* ---------------- one call ---------------- */
+
+/* What a call is, packed so that ranks can compare it line by line. */
+static uint64_t llSig(const ncclxCollArgs* a) {
+  uint64_t c = (uint64_t)a->count * 0x9e3779b97f4a7c15ull;
+  return ((uint64_t)(a->coll & 0xff) << 56) | ((uint64_t)(a->datatype & 0xff) << 48) |
+         ((uint64_t)(a->op & 0xff) << 40) | ((uint64_t)(a->root & 0xff) << 32) | (c >> 32);
+}
+
+/* "allreduce (float32 sum)", "broadcast (float32, root 0)" from a signature's fields. */
+static void llDescribe(char* buf, size_t size, int coll, int type, int op, int root) {
+  const char* c = ncclxCollName(coll);
+  const char* t = ncclxTypeName((ncclxDataType_t)type);
+  const char* o = ncclxOpName((ncclxRedOp_t)op);
+  if (coll == NCCLX_COLL_BARRIER) snprintf(buf, size, "%s", c);
+  else if (coll == NCCLX_COLL_REDUCE) snprintf(buf, size, "%s (%s %s, root %d)", c, t, o, root);
+  else if (coll == NCCLX_COLL_BROADCAST) snprintf(buf, size, "%s (%s, root %d)", c, t, root);
+  else if (coll == NCCLX_COLL_ALLREDUCE || coll == NCCLX_COLL_REDUCESCATTER)
+    snprintf(buf, size, "%s (%s %s)", c, t, o);
+  else snprintf(buf, size, "%s (%s)", c, t);
+}
+
+static ncclxResult_t llMismatch(struct ncclxComm* comm, const ncclxCollArgs* a, int peer,
+                                uint64_t theirs) {
+  char who[128], mine[96], other[96];
+  llDescribe(other, sizeof(other), (int)(theirs >> 56), (int)((theirs >> 48) & 0xff),
+             (int)((theirs >> 40) & 0xff), (int)((theirs >> 32) & 0xff));
+  llDescribe(mine, sizeof(mine), a->coll, a->datatype, a->op, a->root & 0xff);
+  int sameShape = (theirs >> 32) == (llSig(a) >> 32);
+  return commFail(comm, ncclxInvalidUsage,
+                  "%s #%llu: %s called %s%s where rank %d called %s with count %zu: "
+                  "collectives differ across ranks",
+                  ncclxCollName(a->coll), (unsigned long long)comm->curOpSeq,
+                  commDescribeRank(comm, peer, who, sizeof(who)), other,
+                  sameShape ? " with another count" : "", comm->rank, mine, a->count);
+}
+
+typedef struct {
+  struct ncclxComm* comm;
+  struct ncclxLLBoard* b;
+  const ncclxCollArgs* a;
+  llLine* bank;
+  uint64_t seq, sig;
+  llWaiter w;
+} llCall;
+
+static llLine* llRegion(const llCall* c, int rank) {
+  return c->bank + (size_t)rank * c->b->perRegion;
+}
+
+static void llWrite(llCall* c, const void* src, size_t bytes) {
+  llLine* line = llRegion(c, c->comm->rank);
+  size_t nlines = bytes ? (bytes + LL_PAYLOAD - 1) / LL_PAYLOAD : 1;
+  for (size_t i = 0; i < nlines; i++) {
+    size_t off = i * LL_PAYLOAD, len = bytes - off < LL_PAYLOAD ? bytes - off : LL_PAYLOAD;
+    if (bytes) memcpy(line[i].data, (const char*)src + off, len);
+    line[i].sig = c->sig;
+    atomic_store_explicit(&line[i].seq, c->seq, memory_order_release);
+  }
+}
+
+/* Copy bytes [off, off + len) of rank's input for this call into dst, waiting for each line. */
+static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* dst) {
+  llLine* line = llRegion(c, rank);
+  size_t first = off / LL_PAYLOAD, last = len ? (off + len - 1) / LL_PAYLOAD : first;
+  for (size_t i = first; i <= last; i++) {
+    while (atomic_load_explicit(&line[i].seq, memory_order_acquire) < c->seq)
+      NCCLX_CHECK(llWaitStep(&c->w, &line[i].seq, c->seq, "the contribution", rank));
+    if (line[i].sig != c->sig) return llMismatch(c->comm, c->a, rank, line[i].sig);
+    if (!len) continue;
+    size_t lo = i == first ? off - i * LL_PAYLOAD : 0;
+    size_t hi = i == last ? off + len - i * LL_PAYLOAD : LL_PAYLOAD;
+    memcpy((char*)dst + (i * LL_PAYLOAD + lo - off), line[i].data + lo, hi - lo);
+  }
+  return ncclxSuccess;
+}
+
+/* Before writing call seq into its bank: every rank has finished call seq - 2. */
+static ncclxResult_t llWaitReusable(llCall* c) {
+  struct ncclxLLBoard* b = c->b;
+  if (c->seq <= 2 || b->knownDone >= c->seq - 2) return ncclxSuccess;
+  uint64_t want = c->seq - 2, least = UINT64_MAX;
+  for (int r = 0; r < c->comm->nranks; r++) {
+    uint64_t d;
+    while ((d = atomic_load_explicit(&b->ctl[r].done, memory_order_acquire)) < want)
+      NCCLX_CHECK(llWaitStep(&c->w, &b->ctl[r].done, want, "the end of the previous call", r));
+    if (d < least) least = d;
+  }
+  b->knownDone = least;
+  return ncclxSuccess;
+}
+
+/* dst = fold of op over every rank's [off, off + bytes), in rank order. */
+static ncclxResult_t llReduceAll(llCall* c, size_t off, size_t count, void* dst) {
+  const ncclxCollArgs* a = c->a;
+  size_t bytes = count * ncclxTypeSize(a->datatype);
+  _Alignas(64) unsigned char tmp[COLL_LL_MAX_BYTES_LIMIT];
+  NCCLX_CHECK(llRead(c, 0, off, bytes, dst));
+  for (int r = 1; r < c->comm->nranks; r++) {
+    NCCLX_CHECK(llRead(c, r, off, bytes, tmp));
+    ncclxReduce2(dst, dst, tmp, count, a->datatype, a->op);
+  }
+  if (a->op == ncclxAvg) ncclxAvgFinish(dst, count, a->datatype, c->comm->nranks);
+  return ncclxSuccess;
+}
+
+ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, me = comm->rank;
+  size_t sz = a->coll == NCCLX_COLL_BARRIER ? 1 : ncclxTypeSize(a->datatype);
+  llCall c = {.comm = comm, .a = a};
+  NCCLX_CHECK(llBoard(comm, &c.b));
+  c.seq = ++c.b->seq;
+  c.sig = llSig(a);
+  c.bank = c.b->lines + (size_t)(c.seq & 1) * (size_t)n * c.b->perRegion;
+  llWaiterInit(&c.w, comm, c.b);
+
+  size_t in = a->count * sz; /* bytes this rank contributes */
+  if (a->coll == NCCLX_COLL_REDUCESCATTER || a->coll == NCCLX_COLL_ALLTOALL) in *= (size_t)n;
+  if (a->coll == NCCLX_COLL_BARRIER) in = 0;
+  if (in > c.b->perRegion * LL_PAYLOAD)
+    return commFail(comm, ncclxInternalError, "LL protocol: %zu bytes do not fit a %zu-byte region",
+                    in, c.b->perRegion * LL_PAYLOAD);
+  int writes = a->coll != NCCLX_COLL_BROADCAST || me == a->root;
+  if (writes) {
+    NCCLX_CHECK(llWaitReusable(&c));
+    llWrite(&c, a->sendbuff, in);
+    llWakeSleepers(c.b);
+  }
+
+  int readAll = 1; /* read a line of every rank: they all finished the previous call */
+  size_t bytes = a->count * sz;
+  char* recv = a->recvbuff;
+  switch (a->coll) {
+    case NCCLX_COLL_ALLREDUCE:
+      NCCLX_CHECK(llReduceAll(&c, 0, a->count, recv));
+      break;
+    case NCCLX_COLL_REDUCE:
+      if (me == a->root) NCCLX_CHECK(llReduceAll(&c, 0, a->count, recv));
+      else readAll = 0;
+      break;
+    case NCCLX_COLL_REDUCESCATTER:
+      NCCLX_CHECK(llReduceAll(&c, (size_t)me * bytes, a->count, recv));
+      break;
+    case NCCLX_COLL_BROADCAST:
+      readAll = 0;
+      if (me == a->root) {
+        if (bytes && recv != a->sendbuff) memmove(recv, a->sendbuff, bytes);
+      } else {
+        NCCLX_CHECK(llRead(&c, a->root, 0, bytes, recv));
+      }
+      break;
+    case NCCLX_COLL_ALLGATHER:
+      for (int r = 0; r < n; r++) NCCLX_CHECK(llRead(&c, r, 0, bytes, recv + (size_t)r * bytes));
+      break;
+    case NCCLX_COLL_ALLTOALL:
+      for (int r = 0; r < n; r++)
+        NCCLX_CHECK(llRead(&c, r, (size_t)me * bytes, bytes, recv + (size_t)r * bytes));
+      break;
+    case NCCLX_COLL_BARRIER:
+      for (int r = 0; r < n; r++) NCCLX_CHECK(llRead(&c, r, 0, 0, NULL));
+      break;
+    default:
+      return commFail(comm, ncclxInternalError, "LL protocol cannot run %s",
+                      ncclxCollName(a->coll));
+  }
+  if (readAll && c.seq - 1 > c.b->knownDone) c.b->knownDone = c.seq - 1;
+  atomic_store_explicit(&c.b->ctl[me].done, c.seq, memory_order_release);
+  llWakeSleepers(c.b); /* a writer may be asleep waiting to reuse a bank */
+  return ncclxSuccess;
+}
