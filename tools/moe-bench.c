@@ -50,6 +50,7 @@ typedef struct {
   int nprocs;
   double timeoutSec;
   int hidden, topk, iters, warmup, layers;
+  int dynOnCaller; /* -c: the dynamic path on stream NULL (no stream at all) */
   int experts[4], nexperts;
   int skew[2], nskew; /* 0 uniform, 1 skewed */
   int tokens[MAX_LIST], ntokens;
@@ -114,6 +115,18 @@ static void die(const char* call, ncclxResult_t res, int rank) {
     ncclxResult_t r_ = (call);                      \
     if (r_ != ncclxSuccess) die(#call, r_, (rank)); \
   } while (0)
+
+/* The 1-minute load average, or -1: printed with every table (figures on a shared machine
+ * mean little without it). */
+static double loadAverage(void) {
+  double l = -1;
+  FILE* f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1) l = -1;
+    fclose(f);
+  }
+  return l;
+}
 
 static int cmpDouble(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -201,15 +214,19 @@ static const uint16_t* layerInput(const Rank* r, uint16_t* const* act, int layer
 
 /* ---------------- the two paths ---------------- */
 
-static void stepDynamic(Rank* r, ncclxMoe_t moe) {
+/* With -c, stream NULL: every call runs at once on this thread. Not a way to use the
+ * dynamic path (nothing is queued), but it shows what its exchanges cost without any
+ * stream hand-off, against the same synchronized paths. */
+static void stepDynamic(Rank* r, ncclxMoe_t moe, int onCaller) {
+  ncclxStream_t st = onCaller ? NULL : r->stream;
   for (int l = 0; l < r->layers; l++) {
-    CK(r->rank, ncclxLaunchHostFunc(r->stream, hostRouter, &r->ctx[l]));
+    CK(r->rank, ncclxLaunchHostFunc(st, hostRouter, &r->ctx[l]));
     CK(r->rank, ncclxMoeDispatch(moe, layerInput(r, r->actDyn, l), (size_t)r->T, r->ids, r->expertIn,
-                                 r->expertCounts, r->stream));
-    CK(r->rank, ncclxLaunchHostFunc(r->stream, hostExperts, &r->ctx[l]));
-    CK(r->rank, ncclxMoeCombine(moe, r->expertOut, r->weights, r->actDyn[l % 2], r->stream));
+                                 r->expertCounts, st));
+    CK(r->rank, ncclxLaunchHostFunc(st, hostExperts, &r->ctx[l]));
+    CK(r->rank, ncclxMoeCombine(moe, r->expertOut, r->weights, r->actDyn[l % 2], st));
   }
-  CK(r->rank, ncclxStreamSynchronize(r->stream));
+  CK(r->rank, ncclxStreamSynchronize(st));
 }
 
 /* Source-major (as alltoallv delivers) <-> expert-major (as the experts want): forward moves
@@ -449,9 +466,10 @@ static int benchRank(const BenchOpts* o, ncclxComm_t comm) {
       if (r.rank == 0) {
         printf(
             "# moe-bench: %d ranks, hidden %d bfloat16, top-%d of %d experts, %s routing, %d MoE layer%s per "
-            "step, %d iters + %d warmup, median of the per-step max over ranks\n",
+            "step, %d iters + %d warmup, median of the per-step max over ranks, load average %.2f%s\n",
             r.nranks, r.H, r.K, r.E, r.skew ? "skewed (70% of picks on experts 0-1)" : "uniform", o->layers,
-            o->layers > 1 ? "s" : "", o->iters, o->warmup);
+            o->layers > 1 ? "s" : "", o->iters, o->warmup, loadAverage(),
+            o->dynOnCaller ? ", dynamic path on stream NULL (-c)" : "");
         printf("# %8s %12s %12s %12s %8s %8s %9s %7s\n", "tokens", "dynamic(us)", "sync(us)", "syncst(us)",
                "sync/dyn", "best/dyn", "latency", "#wrong");
       }
@@ -462,7 +480,7 @@ static int benchRank(const BenchOpts* o, ncclxComm_t comm) {
           r.iter = it + 1000 * ti;
           CK(r.rank, ncclxBarrier(comm, NULL));
           double t0 = nowUs();
-          stepDynamic(&r, moe);
+          stepDynamic(&r, moe, o->dynOnCaller);
           double t1 = nowUs();
           CK(r.rank, ncclxBarrier(comm, NULL));
           double t2 = nowUs();
@@ -513,13 +531,14 @@ static int forkedRank(int rank, int nranks, void* arg) {
 static void usage(FILE* f) {
   fprintf(f,
           "usage: moe-bench [-np N] [-t LIST] [-e LIST] [-r uniform|skewed|both] [-k TOPK] [-H HIDDEN]\n"
-          "                 [-l LAYERS] [-n ITERS] [-w WARMUP] [-T SEC]\n"
+          "                 [-l LAYERS] [-c] [-n ITERS] [-w WARMUP] [-T SEC]\n"
           "  -np N     fork N local ranks (default: ranks from the launcher, NCCLX_COMM_ID)\n"
           "  -t LIST   tokens per rank, comma separated (default 1,2,4,8,16,32,64,128,256)\n"
           "  -e LIST   experts in the layer (default 8,16)\n"
           "  -r MODE   routing (default both)\n"
           "  -k TOPK   experts per token (default 2)      -H HIDDEN  row elements, bf16 (default 4096)\n"
           "  -l LAYERS MoE layers per step (default 1)\n"
+          "  -c        dynamic path on stream NULL, the calling thread (its cost without a stream)\n"
           "  -n ITERS  timed steps per size (default 20)  -w WARMUP  untimed steps (default 3)\n"
           "  -T SEC    with -np: bound on the whole run (default 900)\n");
 }
@@ -553,6 +572,10 @@ static int parseArgs(int argc, char** argv, BenchOpts* o) {
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+    if (!strcmp(a, "-c")) {
+      o->dynOnCaller = 1;
+      continue;
+    }
     if (i + 1 >= argc) return -1;
     const char* v = argv[++i];
     if (!strcmp(a, "-np")) o->nprocs = atoi(v);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "gpu.h"
 #include "xfer.h"
 #include "ncclx/moe.h"
 #include "peers.h"
@@ -41,8 +42,12 @@
  * are cut at segment boundaries too, so each lands straight in its segment: no staging
  * copy, 4 in flight instead of 2. Measured against one staged stream in the same runs
  * (moe-bench, 4 and 8 ranks, 4..128 tokens): mostly faster, by up to a third, from 16 KiB
- * on. Both sides decide from the counts alone. */
+ * on. But only when the segments are large enough on average: every message costs a
+ * handshake with the receiver, and many small ones cost more than the staging copy (2
+ * ranks, 16 tokens of 8 KiB, 8 experts per rank, ~16 KiB segments: a dispatch took twice
+ * as long cut as staged). Both sides decide from the counts alone. */
 #define DYN_SEGMENTED_MIN ((size_t)16 << 10)
+#define DYN_SEGMENT_MEAN_MIN ((size_t)32 << 10)
 
 typedef struct {
   uint32_t magic;
@@ -182,7 +187,8 @@ static void chanSetData(dynChan* ch, uint64_t total, uint64_t inlined, const uin
   ch->msgsTotal = 1 + (rest ? (size_t)((rest + ch->chunk - 1) / ch->chunk) : 0);
   int nonEmpty = 0;
   for (int i = 0; i < nseg; i++) nonEmpty += segs[i] != 0;
-  ch->segmented = inlined == 0 && nonEmpty > 1 && total >= DYN_SEGMENTED_MIN;
+  ch->segmented = inlined == 0 && nonEmpty > 1 && total >= DYN_SEGMENTED_MIN &&
+                  total / (uint64_t)nonEmpty >= DYN_SEGMENT_MEAN_MIN;
   ch->curSeg = 0;
   ch->segOff = 0;
   if (!ch->segmented) return;
@@ -934,6 +940,11 @@ static ncclxResult_t a2avSubmit(const char* fn, const void* sendbuff, const size
   if (sendbuff && overlaps(sendbuff, 1, recvbuff, maxRecv * slots * sz))
     return commArgError(comm, ncclxInvalidArgument,
                        "%s: sendbuff lies inside recvbuff (in place is not supported)", fn);
+  /* Device memory or a CUDA-ordered stream: the GPU path's (alltoallv_dynamic_dev.c). */
+  int gpuTaken = 0;
+  ncclxResult_t gpuRes = gpuA2avDynamicSubmit(fn, sendbuff, sendcounts, recvbuff, maxRecv, recvcounts, rdispls,
+                                              datatype, comm, stream, compact, &gpuTaken);
+  if (gpuTaken || gpuRes != ncclxSuccess) return gpuRes;
   /* One allocation: the task and its per-peer arrays. */
   size_t bytes = sizeof(a2avTask) + n * (sizeof(dynPeer) + 2 * sizeof(uint64_t) + 2 * sizeof(char*));
   a2avTask* t = calloc(1, bytes);

@@ -11,8 +11,9 @@
  * once place() has decided where the peer's segments go it posts the chunks with exact
  * sizes, so nothing can overrun a buffer. A side whose segments are adjacent in memory moves
  * chunks in place (zero copy); otherwise chunks go through two staging slots (gather before
- * sending, scatter after receiving), except from 16 KiB to a peer in several segments, where
- * chunks are also cut at segment boundaries and land straight in their segments. A message 0
+ * sending, scatter after receiving), except from 16 KiB to a peer in several segments of
+ * 32 KiB or more on average, where chunks are also cut at segment boundaries and land
+ * straight in their segments. A message 0
  * with all counts zero is 32 bytes (the shared-memory transport's flag-line size).
  *
  * A count above what the receiver holds is refused by the receiver (place() returns the

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "alltoallv_dynamic.h"
+#include "gpu.h"
 #include "debug.h"
 #include "ncclx/moe.h"
 #include "reduce.h"
@@ -487,6 +488,19 @@ static ncclxResult_t moeSubmit(moeTask* tmpl, ncclxStream_t stream) {
   return streamEnqueue(stream, &t->base);
 }
 
+/* The MoE helpers route, pack and sum rows on the CPU: every buffer must be host memory
+ * (device memory would be read by the CPU and crash). names[i] names ptrs[i] in the error. */
+static ncclxResult_t moeCheckHost(struct ncclxComm* comm, const char* fn, const char* const* names,
+                                  const void* const* ptrs, int n) {
+  if (!gpuDriverLoaded()) return ncclxSuccess; /* no driver, no device memory */
+  for (int i = 0; i < n; i++)
+    if (ptrs[i] && gpuProbePointer(ptrs[i], NULL) == GPU_MEM_DEVICE)
+      return commArgError(comm, ncclxInvalidUsage,
+                          "%s: %s is CUDA device memory; the MoE helpers take host buffers "
+                          "(ncclxAllToAllvDynamic accepts device buffers)", fn, names[i]);
+  return ncclxSuccess;
+}
+
 API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nTokens, const int32_t* expertIds,
                                    void* expertIn, size_t* expertCounts, ncclxStream_t stream) {
   const char* fn = "ncclxMoeDispatch";
@@ -506,6 +520,9 @@ API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nT
   if (moe->nLocal > 0 && !expertCounts)
     return commArgError(comm, ncclxInvalidArgument, "%s: expertCounts is NULL but rank %d owns %d experts", fn,
                        moe->rank, moe->nLocal);
+  const char* const names[] = {"tokens", "expertIds", "expertIn", "expertCounts"};
+  const void* const ptrs[] = {tokens, expertIds, expertIn, expertCounts};
+  NCCLX_CHECK(moeCheckHost(comm, fn, names, ptrs, 4));
   moeTask t = {.moe = moe,
                .tokens = tokens,
                .nTokens = nTokens,
@@ -533,6 +550,9 @@ API ncclxResult_t ncclxMoeCombine(ncclxMoe_t moe, const void* expertOut, const f
   if (moe->lastCallTokens > 0 && (!weights || !out))
     return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL (the dispatch had %zu tokens)", fn,
                        !weights ? "weights" : "out", moe->lastCallTokens);
+  const char* const names[] = {"expertOut", "weights", "out"};
+  const void* const ptrs[] = {expertOut, weights, out};
+  NCCLX_CHECK(moeCheckHost(comm, fn, names, ptrs, 3));
   moeTask t = {.moe = moe, .isCombine = 1, .expertOut = expertOut, .weights = weights, .out = out};
   return moeSubmit(&t, stream);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "gpu_net.h"
 #include "peers.h"
 #include "prof.h"
 #include "reduce.h"
@@ -169,12 +170,15 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
     ncclxResult_t res;
     /* The STEP event (or NULL) is the parent of the plugin's own NET events. */
     void* phandle = s[i].event;
+    /* Device memory a plugin reads directly was registered (NCCLX_PTR_CUDA) by gpu_net.c;
+     * host memory: NULL. */
+    void* mh = gpuNetMhandle(x[i].isSend ? c->sendComm : c->recvComm, ptr, len);
     if (x[i].isSend) {
-      res = net->isend(c->sendComm, ptr, len, comm->rank, NULL, phandle, &req);
+      res = net->isend(c->sendComm, ptr, len, comm->rank, mh, phandle, &req);
     } else {
       void* data = ptr;
       int tag = x[i].peer;
-      res = net->irecv(c->recvComm, 1, &data, &len, &tag, NULL, &phandle, &req);
+      res = net->irecv(c->recvComm, 1, &data, &len, &tag, &mh, &phandle, &req);
     }
     if (res != ncclxSuccess) {
       char who[128], notice[1024];

@@ -3,7 +3,9 @@
  * several datatype x op pairs, both with the caller's thread (stream NULL, after
  * cudaDeviceSynchronize) and on a stream from ncclxStreamFromCuda with no host
  * synchronization between the CUDA work that produces inputs and the operation.
- * Rank r uses device r % ndev. Values are small integers, so every datatype is exact.
+ * AllToAllvDynamic[Compact] with device buffers and counts (device counts written on the CUDA
+ * stream right before the call). Rank r uses device r % ndev. Values are small integers, so
+ * every datatype is exact.
  *
  * The parent never touches CUDA (a forked child cannot use a CUDA context of its parent);
  * each rank checks for a device itself and they all exit 77 without one.
@@ -189,6 +191,56 @@ static void testAllToAll(ncclxDataType_t t) {
   free(in), free(want), free(got), free(vin), free(vwant), free(vgot);
 }
 
+/* AllToAllvDynamic with everything in device memory, the send counts uploaded on the CUDA
+ * stream just before the call (with ncclxStreamFromCuda: no host synchronization), and the
+ * compact form with device buffers and host counts. Rank r sends (r*7 + p*3) % 4 * 70
+ * elements to p, plus one to itself; slot tails keep their 9s. */
+#define DYN_MAX 300
+static size_t dynCount(int from, int to) { return (size_t)((from * 7 + to * 3) % 4) * 70 + (from == to); }
+
+static void testAllToAllvDynamic(ncclxDataType_t t, int compact) {
+  size_t es = ncclxTypeSize(t), n = (size_t)nranks, sc[64], rc[64], rd[64], total = 0;
+  for (int p = 0; p < nranks; p++) total += sc[p] = dynCount(rank, p);
+  size_t recvElems = n * DYN_MAX;
+  char *in = malloc(total * es + 1), *want = malloc(recvElems * es), *got = malloc(recvElems * es);
+  size_t off = 0;
+  for (int p = 0; p < nranks; p++)
+    for (size_t i = 0; i < sc[p]; i++) put(in, off++, t, (double)((rank * 5 + p + (int)i) % 7));
+  for (size_t j = 0; j < recvElems; j++) put(want, j, t, 9.0), put(got, j, t, 9.0);
+  size_t pos = 0;
+  for (int p = 0; p < nranks; p++) {
+    size_t at = compact ? pos : (size_t)p * DYN_MAX;
+    for (size_t i = 0; i < dynCount(p, rank); i++) put(want, at + i, t, (double)((p * 5 + rank + (int)i) % 7));
+    pos += dynCount(p, rank);
+  }
+  char *dSend = devAlloc(total * es), *dRecv = devAlloc(recvElems * es);
+  size_t *dCounts = devAlloc(n * sizeof(size_t)), *dRecvCounts = devAlloc(n * sizeof(size_t));
+  upload(dSend, in, total * es);
+  upload(dRecv, got, recvElems * es);
+  if (compact) {
+    RUN(ncclxAllToAllvDynamicCompact(dSend, sc, dRecv, recvElems, rc, rd, t, comm, ns));
+    if (ns) CHECK(ncclxStreamSynchronize(ns) == ncclxSuccess, "rank %d: %s", rank, ncclxGetLastError(comm));
+  } else {
+    upload(dCounts, sc, n * sizeof(size_t));
+    RUN(ncclxAllToAllvDynamic(dSend, dCounts, dRecv, DYN_MAX, dRecvCounts, t, comm, ns));
+    download(rc, dRecvCounts, n * sizeof(size_t));
+  }
+  download(got, dRecv, recvElems * es);
+  pos = 0;
+  for (int p = 0; p < nranks; p++) {
+    CHECK(rc[p] == dynCount(p, rank), "rank %d: dynamic recvcounts[%d] = %zu, expected %zu", rank, p, rc[p],
+          dynCount(p, rank));
+    if (compact) CHECK(rd[p] == pos, "rank %d: rdispls[%d] = %zu, expected %zu", rank, p, rd[p], pos);
+    pos += dynCount(p, rank);
+  }
+  expectEqual(compact ? "alltoallv_dynamic_compact" : "alltoallv_dynamic", t, got, want, recvElems);
+  CUDA_OK(cudaFree(dSend));
+  CUDA_OK(cudaFree(dRecv));
+  CUDA_OK(cudaFree(dCounts));
+  CUDA_OK(cudaFree(dRecvCounts));
+  free(in), free(want), free(got);
+}
+
 static void testSendRecv(ncclxDataType_t t) {
   size_t es = ncclxTypeSize(t), bytes = COUNT * es;
   int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
@@ -238,6 +290,8 @@ static int runRank(ncclxUniqueId id) {
     testAllToAll(ncclxFloat32);
     testAllToAll(ncclxInt8);
     testSendRecv(ncclxBfloat16);
+    testAllToAllvDynamic(ncclxFloat32, 0);
+    testAllToAllvDynamic(ncclxBfloat16, 1);
     if (ns) {
       CHECK(ncclxStreamSynchronize(ns) == ncclxSuccess, "rank %d: stream: %s", rank, ncclxGetLastError(NULL));
       CHECK(ncclxStreamDestroy(ns) == ncclxSuccess, "rank %d: stream destroy", rank);

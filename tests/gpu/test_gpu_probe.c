@@ -7,7 +7,8 @@
  *  - with a stand-in driver (mock_libcuda.c, loaded as libcuda.so.1) that calls some
  *    addresses device memory: the probe classifies them, and a collective or send given one
  *    fails at the call with ncclxInvalidUsage and a message naming the buffer and the
- *    reason, on the communicator too, which stays usable for host buffers. */
+ *    reason, on the communicator too, which stays usable for host buffers; the same for
+ *    every buffer and count array of AllToAllvDynamic[Compact]. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "gpu.h"
 #include "ncclx.h"
 #include "ncclx/cuda.h"
+#include "ncclx/moe.h"
 #include "ncclx/net.h"
 
 static int failures;
@@ -147,6 +149,53 @@ int main(void) {
     CHECK(res == ncclxInvalidUsage && strstr(text, "recvbuff"), "allgather into device memory: %d %s", (int)res, text);
     res = ncclxSend(fakeDevice, 4, ncclxFloat32, 0, comm, NULL);
     CHECK(res == ncclxInvalidUsage, "send from device memory: %d", (int)res);
+    /* AllToAllvDynamic: every buffer and count array is checked, and named. */
+    size_t counts[1] = {4}, got[1] = {0};
+    res = ncclxAllToAllvDynamic(host, (const size_t*)(void*)fakeDevice, out, 16, got, ncclxFloat32, comm, NULL);
+    text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, "ncclxAllToAllvDynamic: sendcounts") && strstr(text, DEVICE_REASON),
+          "device sendcounts: %d %s", (int)res, text);
+    res = ncclxAllToAllvDynamic(fakeDevice, counts, out, 16, got, ncclxFloat32, comm, NULL);
+    text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, ": sendbuff"), "device sendbuff: %d %s", (int)res, text);
+    res = ncclxAllToAllvDynamic(host, counts, out, 16, (size_t*)(void*)fakeDevice, ncclxFloat32, comm, NULL);
+    text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, ": recvcounts"), "device recvcounts: %d %s", (int)res, text);
+    res = ncclxAllToAllvDynamicCompact(host, counts, out, 16, got, (size_t*)(void*)fakeDevice, ncclxFloat32, comm,
+                                       NULL);
+    text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, "ncclxAllToAllvDynamicCompact: rdispls"), "device rdispls: %d %s",
+          (int)res, text);
+    res = ncclxAllToAllvDynamic(host, counts, fakeDevice, 16, got, ncclxFloat32, comm, NULL);
+    text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, ": recvbuff"), "device recvbuff: %d %s", (int)res, text);
+  }
+  {
+    size_t counts[1] = {5}, got[1] = {0};
+    memset(out, 0, sizeof out);
+    CHECK(ncclxAllToAllvDynamic(host, counts, out, 16, got, ncclxFloat32, comm, NULL) == ncclxSuccess,
+          "host AllToAllvDynamic after the refusals: %s", ncclxGetLastError(comm));
+    CHECK(got[0] == 5 && memcmp(out, host, 5 * sizeof(float)) == 0, "1-rank AllToAllvDynamic result");
+  }
+  {
+    /* The MoE helpers compute on the CPU: device buffers are refused in every build. */
+    ncclxMoeConfig_t cfg = {.size = sizeof cfg, .nExperts = 1, .topk = 1, .hidden = 4,
+                            .datatype = ncclxFloat32, .maxTokens = 4, .maxRecvTokens = 4};
+    ncclxMoe_t moe = NULL;
+    int32_t ids[4] = {0, 0, 0, 0};
+    size_t expertCounts[1] = {0};
+    CHECK(ncclxMoeCreate(&moe, &cfg, comm) == ncclxSuccess, "moe create: %s", ncclxGetLastError(comm));
+    ncclxResult_t res = ncclxMoeDispatch(moe, fakeDevice, 4, ids, out, expertCounts, NULL);
+    const char* text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, "ncclxMoeDispatch: tokens is CUDA device memory"),
+          "moe dispatch from device memory: %d %s", (int)res, text);
+    CHECK(ncclxMoeDispatch(moe, host, 4, ids, out, expertCounts, NULL) == ncclxSuccess,
+          "host moe dispatch after the refusal: %s", ncclxGetLastError(comm));
+    res = ncclxMoeCombine(moe, out, (const float*)(void*)fakeDevice, out + 16, NULL);
+    text = ncclxGetLastError(comm);
+    CHECK(res == ncclxInvalidUsage && strstr(text, "ncclxMoeCombine: weights"), "moe combine weights: %d %s",
+          (int)res, text);
+    CHECK(ncclxMoeDestroy(moe) == ncclxSuccess, "moe destroy");
   }
   memset(out, 0, sizeof out);
   CHECK(ncclxAllReduce(host, out, 64, ncclxFloat32, ncclxSum, comm, NULL) == ncclxSuccess,

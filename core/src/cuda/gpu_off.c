@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "debug.h"
+#include "gpu_net.h"
 #include "ncclx/cuda.h"
 #include "ncclx/net.h"
 
@@ -21,10 +22,17 @@ ncclxResult_t gpuCheckBuffer(const char* fn, const char* what, const void* p, ch
 int gpuNetPtrType(const void* p) { (void)p; return NCCLX_PTR_HOST; }
 
 ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
+  NCCLX_CHECK(gpuNetCollCheck(comm));
   return collRun(comm, args);
 }
 
+/* Device buffers were refused at the call; this refuses host buffers for a plugin that
+ * takes only device memory (and, defensively, device memory that got this far). */
 ncclxResult_t gpuXferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n) {
+  if (!gpuDriverLoaded() && gpuNetXfersTakeHost(comm, xfers, n)) return xferRun(comm, xfers, n);
+  gpuNetXfers plan;
+  NCCLX_CHECK(gpuNetPlanXfers(comm, xfers, n, 0, &plan));
+  gpuNetRelease(&plan, 0);
   return xferRun(comm, xfers, n);
 }
 
@@ -33,6 +41,8 @@ ncclxResult_t gpuStreamEnqueue(ncclxStream_t stream, ncclxTask* task) {
 }
 
 void gpuStreamForget(ncclxStream_t stream) { (void)stream; }
+
+int gpuStreamIsCuda(ncclxStream_t stream) { (void)stream; return 0; }
 
 NCCLX_API ncclxResult_t ncclxCudaGetDeviceCount(int* count) {
   if (count) *count = 0;

@@ -32,4 +32,19 @@ ncclxResult_t gpuEventWait(cudaEvent_t ev, struct ncclxComm* comm, const char* w
 ncclxResult_t gpuDeviceEnter(int device, int* saved);
 void gpuDeviceRestore(int saved);
 
+/* Pinned host memory (cudaMallocHost), pooled: up to 256 MiB stay cached. A buffer a copy
+ * may still be writing (timeout, abort) must be abandoned, never put back. Pinned memory is
+ * mapped for the devices too (unified addressing): kernels may read it at p. */
+struct gpuPinned {
+  char* p;
+  size_t size;
+  struct gpuPinned* next;
+};
+ncclxResult_t gpuPinnedGet(size_t bytes, struct gpuPinned** out);
+void gpuPinnedPut(struct gpuPinned* b);
+
+/* The internal non-blocking copy stream of `device` (current on this thread), created on
+ * first use: it never waits behind the legacy default stream. */
+ncclxResult_t gpuCopyStream(int device, cudaStream_t* out);
+
 #endif /* NCCLX_GPU_RUNTIME_H */

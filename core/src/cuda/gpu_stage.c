@@ -21,6 +21,7 @@
 #include "debug.h"
 #include "gpu.h"
 #include "gpu_extent.h"
+#include "gpu_net.h"
 #include "gpu_runtime.h"
 
 #define POOL_KEEP_BYTES ((size_t)256 << 20)
@@ -29,21 +30,15 @@
 
 /* ---- pinned buffer pool ---- */
 
-struct pinned {
-  char* p;
-  size_t size;
-  struct pinned* next;
-};
-
 static pthread_mutex_t poolLock = PTHREAD_MUTEX_INITIALIZER;
-static struct pinned* pool;
+static struct gpuPinned* pool;
 static size_t pooledBytes;
 
-static ncclxResult_t pinnedGet(size_t bytes, struct pinned** out) {
+ncclxResult_t gpuPinnedGet(size_t bytes, struct gpuPinned** out) {
   *out = NULL;
   pthread_mutex_lock(&poolLock);
-  struct pinned **best = NULL;
-  for (struct pinned** it = &pool; *it; it = &(*it)->next)
+  struct gpuPinned **best = NULL;
+  for (struct gpuPinned** it = &pool; *it; it = &(*it)->next)
     if ((*it)->size >= bytes && (!best || (*it)->size < (*best)->size)) best = it;
   if (best) {
     *out = *best;
@@ -56,7 +51,7 @@ static ncclxResult_t pinnedGet(size_t bytes, struct pinned** out) {
   size_t size = POOL_MIN_BYTES;
   while (size < bytes && size <= SIZE_MAX / 2) size *= 2;
   if (size < bytes) size = bytes;
-  struct pinned* b = calloc(1, sizeof(*b));
+  struct gpuPinned* b = calloc(1, sizeof(*b));
   if (!b) return ncclxSetError(ncclxSystemError, "out of memory for a staging buffer");
   cudaError_t err = cudaMallocHost((void**)&b->p, size);
   if (err != cudaSuccess) {
@@ -68,7 +63,7 @@ static ncclxResult_t pinnedGet(size_t bytes, struct pinned** out) {
   return ncclxSuccess;
 }
 
-static void pinnedPut(struct pinned* b) {
+void gpuPinnedPut(struct gpuPinned* b) {
   if (!b) return;
   pthread_mutex_lock(&poolLock);
   int keep = pooledBytes + b->size <= POOL_KEEP_BYTES;
@@ -90,8 +85,7 @@ static pthread_mutex_t streamLock = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t* copyStreams; /* indexed by device, created on first use */
 static int copyStreamCount;
 
-/* The device must be current. */
-static ncclxResult_t copyStreamFor(int device, cudaStream_t* out) {
+ncclxResult_t gpuCopyStream(int device, cudaStream_t* out) {
   const char* why;
   int ndev = gpuRuntimeDevices(&why);
   if (device < 0 || device >= ndev)
@@ -135,7 +129,7 @@ struct staging {
   int saved;        /* device current before we switched */
   cudaStream_t stream;
   cudaEvent_t event;
-  struct pinned* host;
+  struct gpuPinned* host;
   int inFlight;     /* a copy may still be running: the pinned buffer must not be reused */
 };
 
@@ -146,7 +140,7 @@ static ncclxResult_t stagingBegin(struct staging* st, int device) {
   ncclxResult_t res = gpuDeviceEnter(device, &st->saved);
   if (res != ncclxSuccess) return res;
   if (device < 0 && cudaGetDevice(&device) != cudaSuccess) device = 0;
-  NCCLX_CHECK(copyStreamFor(device, &st->stream));
+  NCCLX_CHECK(gpuCopyStream(device, &st->stream));
   cudaError_t err = cudaEventCreateWithFlags(&st->event, cudaEventDisableTiming);
   if (err != cudaSuccess) {
     st->event = NULL;
@@ -157,7 +151,7 @@ static ncclxResult_t stagingBegin(struct staging* st, int device) {
     st->regions[i].offset = total;
     total += (st->regions[i].bytes + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
   }
-  return pinnedGet(total ? total : 1, &st->host);
+  return gpuPinnedGet(total ? total : 1, &st->host);
 }
 
 /* Copy every region flagged `in` (toHost) or `out` (back to the device), then wait. */
@@ -187,21 +181,11 @@ static void stagingEnd(struct staging* st) {
       WARN("%s: abandoning a %zu-byte pinned staging buffer: a copy into it may still be running",
            st->what, st->host->size);
     } else {
-      pinnedPut(st->host);
+      gpuPinnedPut(st->host);
     }
   }
   if (st->event) (void)cudaEventDestroy(st->event);
   gpuDeviceRestore(st->saved);
-}
-
-/* A failure inside an operation fails the communicator, so the peers abort instead of
- * waiting for this rank until their timeout. */
-static ncclxResult_t failComm(struct ncclxComm* comm, ncclxResult_t res) {
-  if (res == ncclxSuccess) return res;
-  if (atomic_load(&comm->asyncError) != ncclxSuccess) return res; /* keep the first cause */
-  char text[1024];
-  snprintf(text, sizeof text, "%s", ncclxThreadLastError());
-  return commFail(comm, res, "%s", text);
 }
 
 /* Device kind and ordinal of [p, p+bytes), or host when empty. */
@@ -215,6 +199,7 @@ static int overlaps(const char* a, size_t an, const char* b, size_t bn) {
 }
 
 ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
+  NCCLX_CHECK(gpuNetCollCheck(comm));
   if (!gpuDriverLoaded()) return collRun(comm, args);
   gpuCollExtent e;
   gpuCollExtents(args, comm->nranks, comm->rank, &e);
@@ -247,12 +232,13 @@ ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
     }
   }
 
-  /* Staging failures fail the communicator; the algorithm's own result is passed as is. */
+  /* Staging failures fail the communicator (gpuFailComm: the peers abort instead of waiting
+   * for this rank); the algorithm's own result is passed as is. */
   ncclxResult_t res = stagingBegin(&st, sendOnDevice ? sendDev : recvDev);
   if (res == ncclxSuccess) res = stagingCopy(&st, 1);
   if (res != ncclxSuccess) {
     stagingEnd(&st);
-    return failComm(comm, res);
+    return gpuFailComm(comm, res);
   }
   ncclxCollArgs staged = *args;
   if (sendRegion >= 0) staged.sendbuff = hostOf(&st, sendRegion) + (send - regions[sendRegion].user);
@@ -262,48 +248,58 @@ ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
   if (send == recv && (sendRegion < 0) != (recvRegion < 0))
     staged.sendbuff = staged.recvbuff = sendRegion >= 0 ? (void*)staged.sendbuff : staged.recvbuff;
   res = collRun(comm, &staged);
-  if (res == ncclxSuccess) res = failComm(comm, stagingCopy(&st, 0));
+  if (res == ncclxSuccess) res = gpuFailComm(comm, stagingCopy(&st, 0));
   stagingEnd(&st);
   return res;
 }
 
+/* Send/receive: per transfer (gpu_net.c), device buffers go to a plugin that reads device
+ * memory directly as they are (registered as NCCLX_PTR_CUDA), or through pinned host memory
+ * for every other transport, transfers to self and receive-and-reduce. */
 ncclxResult_t gpuXferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n) {
-  if (!gpuDriverLoaded()) return xferRun(comm, xfers, n);
-  int first = -1, device = -1, ndev = 0;
-  for (int i = 0; i < n; i++) {
-    int dev;
-    if (isDevice(xfers[i].buf, xfers[i].bytes, &dev)) {
-      if (first < 0) first = i, device = dev;
-      ndev++;
-    }
+  if (!gpuDriverLoaded() && gpuNetXfersTakeHost(comm, xfers, n))
+    return xferRun(comm, xfers, n); /* no device memory can exist: the common case */
+  gpuNetXfers plan;
+  NCCLX_CHECK(gpuNetPlanXfers(comm, xfers, n, 1, &plan));
+  if (plan.nDirect == 0 && plan.nStage == 0) {
+    gpuNetRelease(&plan, 0);
+    return xferRun(comm, xfers, n);
   }
-  if (first < 0) return xferRun(comm, xfers, n);
-
-  struct region* regions = calloc((size_t)ndev, sizeof(*regions));
-  int* index = calloc((size_t)ndev, sizeof(*index)); /* region -> transfer */
+  struct region* regions = calloc(plan.nStage ? (size_t)plan.nStage : 1, sizeof(*regions));
+  int* index = calloc(plan.nStage ? (size_t)plan.nStage : 1, sizeof(*index)); /* region -> transfer */
   if (!regions || !index) {
     free(regions), free(index);
-    return failComm(comm, ncclxSetError(ncclxSystemError, "out of memory staging %d device transfers", ndev));
+    gpuNetRelease(&plan, 0);
+    return gpuFailComm(comm, ncclxSetError(ncclxSystemError, "out of memory staging %d device transfers", plan.nStage));
   }
   struct staging st = {.comm = comm, .what = "send/recv", .regions = regions, .saved = -1};
+  int device = -1;
   for (int i = 0; i < n; i++) {
     int dev;
-    if (!isDevice(xfers[i].buf, xfers[i].bytes, &dev)) continue;
+    if (plan.plan[i] != GPU_NET_STAGE || !isDevice(xfers[i].buf, xfers[i].bytes, &dev)) continue;
+    if (device < 0) device = dev;
     regions[st.n] = (struct region){.user = xfers[i].buf, .bytes = xfers[i].bytes,
                                     .in = xfers[i].isSend, .out = !xfers[i].isSend};
     index[st.n++] = i;
   }
-  ncclxResult_t res = stagingBegin(&st, device);
-  if (res == ncclxSuccess) res = stagingCopy(&st, 1);
-  if (res != ncclxSuccess) {
-    res = failComm(comm, res);
-  } else {
+  ncclxResult_t res = gpuNetRegister(comm, xfers, n, &plan);
+  int staging = st.n > 0 && res == ncclxSuccess;
+  if (staging) {
+    res = stagingBegin(&st, device);
+    if (res == ncclxSuccess) res = stagingCopy(&st, 1);
+    if (res != ncclxSuccess) res = gpuFailComm(comm, res);
+  }
+  int ran = 0;
+  if (res == ncclxSuccess) {
     for (int k = 0; k < st.n; k++) xfers[index[k]].buf = hostOf(&st, k);
     res = xferRun(comm, xfers, n);
+    ran = 1;
     for (int k = 0; k < st.n; k++) xfers[index[k]].buf = regions[k].user;
-    if (res == ncclxSuccess) res = failComm(comm, stagingCopy(&st, 0));
+    if (res == ncclxSuccess) res = gpuNetFlush(comm, &plan);
+    if (res == ncclxSuccess && staging) res = gpuFailComm(comm, stagingCopy(&st, 0));
   }
-  stagingEnd(&st);
+  if (staging) stagingEnd(&st);
+  gpuNetRelease(&plan, ran && res != ncclxSuccess);
   free(regions), free(index);
   return res;
 }

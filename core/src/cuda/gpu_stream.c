@@ -160,6 +160,13 @@ static struct binding* bindingFind(ncclxStream_t stream) {
   return b;
 }
 
+int gpuStreamIsCuda(ncclxStream_t stream) {
+  struct binding* b = bindingFind(stream);
+  if (!b) return 0;
+  bindingRelease(b);
+  return 1;
+}
+
 void gpuStreamForget(ncclxStream_t stream) {
   pthread_mutex_lock(&registryLock);
   struct binding** it = &bindings;
