@@ -88,6 +88,20 @@ static int checkFailure(int rank, ncclxComm_t comm, ncclxResult_t res, double el
   return bad;
 }
 
+/* Every rank must have exited 0; kill stragglers. Returns 0 when all did. */
+static int finishScenario(const char* name, double t0) {
+  int bad = 0;
+  char d[96];
+  for (int r = 0; r < NRANKS; r++) {
+    int ok = mpExitedZero(&g_job, r);
+    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
+    bad += !ok;
+  }
+  mpJobKillRest(&g_job);
+  printf("parent: %s scenario took %.1f s\n", name, mpNow() - t0);
+  return bad ? 1 : 0;
+}
+
 /* ---------------------------------------------------------------- kill */
 
 static int killRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
@@ -205,16 +219,7 @@ static int runAbort(void) {
   mpJobWait(&g_job, one, 1, t0 + 40.0);
   mpJobRelease(&g_job);
   mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
-  int bad = 0;
-  char d[96];
-  for (int r = 0; r < NRANKS; r++) {
-    int ok = mpExitedZero(&g_job, r);
-    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
-    bad += !ok;
-  }
-  mpJobKillRest(&g_job);
-  printf("parent: abort scenario took %.1f s\n", mpNow() - t0);
-  return bad ? 1 : 0;
+  return finishScenario("abort", t0);
 }
 
 /* ---------------------------------------------------------------- timeout */
@@ -262,16 +267,7 @@ static int runTimeout(int warm) {
   mpJobWait(&g_job, active, 3, t0 + 45.0);
   mpJobRelease(&g_job);
   mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
-  int bad = 0;
-  char d[96];
-  for (int r = 0; r < NRANKS; r++) {
-    int ok = mpExitedZero(&g_job, r);
-    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
-    bad += !ok;
-  }
-  mpJobKillRest(&g_job);
-  printf("parent: timeout scenario took %.1f s\n", mpNow() - t0);
-  return bad ? 1 : 0;
+  return finishScenario("timeout", t0);
 }
 
 /* ---------------------------------------------------------------- mismatch */
@@ -308,16 +304,7 @@ static int runMismatch(void) {
   for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, mismatchRank, id, NULL);
   int all[NRANKS] = {0, 1, 2, 3};
   mpJobWait(&g_job, all, NRANKS, t0 + 60.0);
-  int bad = 0;
-  char d[96];
-  for (int r = 0; r < NRANKS; r++) {
-    int ok = mpExitedZero(&g_job, r);
-    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
-    bad += !ok;
-  }
-  mpJobKillRest(&g_job);
-  printf("parent: mismatch scenario took %.1f s\n", mpNow() - t0);
-  return bad ? 1 : 0;
+  return finishScenario("mismatch", t0);
 }
 
 int main(int argc, char** argv) {
