@@ -8,8 +8,12 @@
  *       multi-root init (ncclxCommInitRankScalable) with K unique ids (at most n; sqrt:
  *       ceil(sqrt(n))), made by the parent before forking; the default, 1, is ncclxCommInitRankConfig;
  *       two values (--ids 1,sqrt) alternate within every repetition, like the modes
- *   ncclx-init-bench --hosts H [-n 128] ...
- *       runs each job through tools/ncclx-hosts (H emulated hosts, N/H ranks each)
+ *   ncclx-init-bench --hosts H [-n 128] [--ids K] ...
+ *       runs each job through tools/ncclx-hosts (H emulated hosts, N/H ranks each); with
+ *       --ids the ranks get NCCLX_COMM_IDS, id g served by its root rank's emulated host
+ *   --phases  per run, when the last rank to start, the last ready and rank 0 reached each
+ *       init phase (bootstrap, root contact, partners/table, all-gather, usable)
+ *   --hold MS  ranks idle MS ms between init and their first allreduce (see usage())
  *   ncclx-init-bench --rank
  *       one rank under a launcher (NCCLX_RANK, NCCLX_NRANKS, NCCLX_COMM_ID); prints one
  *       "INITBENCH ..." line; lazy or eager from [core] lazy_connect / NCCLX_CORE_LAZY_CONNECT
@@ -18,7 +22,8 @@
  * across network namespaces) to the last rank's return: "init" = usable communicator,
  * "first allreduce" = one 4-byte allreduce completed after init. Launchers start ranks over
  * a spread of time (ncclx-hosts: seconds at 128 ranks); that spread is printed as "skew"
- * and not counted, since no init protocol can finish before its last rank starts. The JSON file feeds
+ * and not counted, since no init protocol can finish before its last rank starts. Every rank's
+ * own start-up inside init (config, transports, listeners) is counted. The JSON file feeds
  * tools/ncclx-init-model (per-rank CPU time against messages and connections). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -41,7 +46,10 @@
 int ncclxInternalInitCounters(ncclxComm_t comm, int64_t* out, int max);
 
 enum { C_MSGS_SENT, C_MSGS_RECV, C_BYTES_SENT, C_BYTES_RECV, C_CONNS_OPENED, C_CONNS_ACCEPTED, C_RDV_MSGS,
-       C_RDV_BYTES, C_RDV_CONNS, C_PEER_CONNS, C_RDV_US, C_GATHER_US, NCOUNTERS };
+       C_RDV_BYTES, C_RDV_CONNS, C_PEER_CONNS, C_RDV_US, C_GATHER_US,
+       /* phase timestamps, CLOCK_MONOTONIC us: bootstrap entered, root contacted (a root: its last
+        * member's hello), partner list received (a root: replies sent), address all-gather done */
+       C_T_BOOTSTRAP, C_T_CONTACT, C_T_REPLY, C_T_READY, NCOUNTERS };
 
 #define MAX_RANKS 1024
 #define MAX_SIZES 16
@@ -96,6 +104,11 @@ static void runRank(const ncclxUniqueId* id, int nIds, int rank, int nranks, int
     res = ncclxCommInitFromEnv(&comm);
   }
   out->tInit = now();
+  /* --hold: idle before the first allreduce, so ranks that finish init early do not take the
+   * CPU from those still in init (128 processes on 2 cores); the allreduce time excludes it. */
+  const char* hold = getenv("NCCLX_INITBENCH_HOLD_MS");
+  double holdSec = hold ? atof(hold) * 1e-3 : 0;
+  if (holdSec > 0) usleep((useconds_t)(holdSec * 1e6));
   out->cpuInit = cpuSec() - cpu0;
   if (res != ncclxSuccess) {
     fprintf(stderr, "rank %d: init failed: %s\n", rank, ncclxGetLastError(NULL));
@@ -104,7 +117,7 @@ static void runRank(const ncclxUniqueId* id, int nIds, int rank, int nranks, int
   if (ncclxInternalInitCounters(comm, out->c, NCOUNTERS) != NCOUNTERS) fprintf(stderr, "rank %d: no counters\n", rank);
   float x = 1.0f, y = 0.0f;
   res = ncclxAllReduce(&x, &y, 1, ncclxFloat32, ncclxSum, comm, NULL);
-  out->tAr = now();
+  out->tAr = now() - holdSec;
   if (res != ncclxSuccess || y != (float)nranks) {
     fprintf(stderr, "rank %d: allreduce %s (got %g, want %d): %s\n", rank, res == ncclxSuccess ? "wrong" : "failed",
             (double)y, nranks, ncclxGetLastError(comm));
@@ -120,10 +133,44 @@ static void runRank(const ncclxUniqueId* id, int nIds, int rank, int nranks, int
   out->ok = res == ncclxSuccess;
 }
 
+/* --ids with --hosts: the driver passes NCCLX_INITBENCH_ID_HOSTS="h0,h1,..." (the emulated
+ * host of each id's root rank) and each rank turns it into NCCLX_COMM_IDS for
+ * ncclxCommInitFromEnv. Host h's address follows ncclx-hosts' documented scheme, the
+ * address of host 0 (in NCCLX_COMM_ID) with the last byte h + 1; id g listens on port
+ * INITBENCH_ID_PORT + g, so several roots may share a host. */
+#define INITBENCH_ID_PORT 29500
+static int idsFromHosts(void) {
+  const char* hosts = getenv("NCCLX_INITBENCH_ID_HOSTS");
+  if (!hosts || !*hosts) return 0;
+  const char* id0 = getenv("NCCLX_COMM_ID");
+  unsigned a, b, c, d, port;
+  if (!id0 || sscanf(id0, "%u.%u.%u.%u:%u", &a, &b, &c, &d, &port) != 5 || d != 1) {
+    fprintf(stderr, "NCCLX_INITBENCH_ID_HOSTS needs NCCLX_COMM_ID=A.B.C.1:PORT (host 0 of ncclx-hosts), got %s\n",
+            id0 ? id0 : "(unset)");
+    return -1;
+  }
+  static char list[MAX_RANKS * 24];
+  size_t len = 0;
+  int g = 0;
+  for (const char* s = hosts; *s && len + 32 < sizeof(list); g++) {
+    char* end;
+    long h = strtol(s, &end, 10);
+    if (end == s || h < 0 || h > 253) {
+      fprintf(stderr, "NCCLX_INITBENCH_ID_HOSTS=%s: entry %d is not a host index 0..253\n", hosts, g);
+      return -1;
+    }
+    len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%u.%u.%u.%ld:%d", g ? "," : "", a, b, c, h + 1,
+                            INITBENCH_ID_PORT + g);
+    s = *end == ',' ? end + 1 : end;
+  }
+  return setenv("NCCLX_COMM_IDS", list, 1) == 0 ? 0 : -1;
+}
+
 static int rankMain(void) {
   const char* n = getenv("NCCLX_NRANKS");
   const char* r = getenv("NCCLX_RANK");
   struct rankResult rr;
+  if (idsFromHosts() != 0) return 1;
   runRank(NULL, 1, r ? atoi(r) : 0, n ? atoi(n) : 1, -1, 0, &rr);
   printf("INITBENCH ok=%d start=%.6f init=%.6f ar=%.6f cpu=%.6f rss=%ld connsAr=%lld c=", rr.ok, rr.tStart,
          rr.tInit, rr.tAr, rr.cpuInit, rr.rssKB, (long long)rr.peerConnsAfterAr);
@@ -137,7 +184,7 @@ static int rankMain(void) {
 struct options {
   int sizes[MAX_SIZES], nsizes;
   int modes[2], nmodes; /* 1 = lazy, 0 = eager */
-  int reps, timeoutSec, hosts, check;
+  int reps, timeoutSec, hosts, check, phases;
   int ids[2], nids; /* unique ids per job: 1 = single root, -1 = ceil(sqrt(n)); two alternate */
   const char* json;
   const char* self;
@@ -199,8 +246,8 @@ static int runForked(int n, int nIds, int lazy, int timeoutSec, struct rankResul
 }
 
 /* Hosts mode: one job through ncclx-hosts, results parsed from the ranks' lines. */
-static int runHosts(const struct options* o, int n, int lazy, struct rankResult* res) {
-  char launcher[4096], cmd[8192];
+static int runHosts(const struct options* o, int n, int nIds, int lazy, struct rankResult* res) {
+  char launcher[4096], cmd[16384], idHosts[MAX_RANKS * 5] = "";
   /* ncclx-hosts sits next to this source file (CMake compiles it by absolute path);
    * NCCLX_HOSTS overrides. */
   const char* env = getenv("NCCLX_HOSTS");
@@ -216,10 +263,16 @@ static int runHosts(const struct options* o, int n, int lazy, struct rankResult*
     fprintf(stderr, "-n %d is not a multiple of --hosts %d\n", n, o->hosts);
     return -1;
   }
+  /* Multi-root: id g is served by rank ceil(g * n / nIds), on that rank's emulated host. */
+  size_t len = 0;
+  for (int g = 0; nIds > 1 && g < nIds; g++) {
+    int root = (int)(((int64_t)g * n + nIds - 1) / nIds);
+    len += (size_t)snprintf(idHosts + len, sizeof(idHosts) - len, "%s%d", g ? "," : "", root / (n / o->hosts));
+  }
   snprintf(cmd, sizeof(cmd),
-           "NCCLX_CORE_LAZY_CONNECT=%d NCCLX_CORE_TIMEOUT_S=%d %s --hosts %d --ranks-per-host %d --timeout %d -- %s "
-           "--rank",
-           lazy, o->timeoutSec, launcher, o->hosts, n / o->hosts, o->timeoutSec + 30, o->self);
+           "NCCLX_INITBENCH_ID_HOSTS=%s NCCLX_CORE_LAZY_CONNECT=%d NCCLX_CORE_TIMEOUT_S=%d %s --hosts %d "
+           "--ranks-per-host %d --timeout %d -- %s --rank",
+           idHosts, lazy, o->timeoutSec, launcher, o->hosts, n / o->hosts, o->timeoutSec + 30, o->self);
   memset(res, 0, sizeof(*res) * (size_t)n);
   FILE* p = popen(cmd, "r");
   if (!p) return -1;
@@ -241,6 +294,7 @@ static int runHosts(const struct options* o, int n, int lazy, struct rankResult*
     }
   }
   int st = pclose(p);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 77) return -77; /* ncclx-hosts: no namespaces here */
   int bad = 0;
   for (int r = 0; r < n; r++) bad += !res[r].ok;
   if (st != 0 && bad == 0) bad = 1;
@@ -278,6 +332,55 @@ static void summarize(const struct rankResult* res, int n, struct summary* s) {
   s->peerConnsInit = pi / 2;
   s->peerConnsAr = pa / 2;
   s->rssMeanKB = rssSum / n;
+}
+
+/* Where the time goes: phase ends of a few ranks in ms after t0 (the last rank's start):
+ * bootstrap entered (before it: config, transports, listeners), root contacted (a root: its
+ * last member's hello arrived), partners received (a root: replies sent), all-gather done,
+ * communicator usable. The ranks shown: the last to start, the last to be ready, rank 0,
+ * and the median over all ranks of each phase end. */
+static int cmpDouble(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static void phaseEnds(const struct rankResult* x, double t0, double* e) {
+  e[0] = (x->tStart - t0) * 1e3;
+  for (int k = 0; k < 4; k++) e[1 + k] = (double)x->c[C_T_BOOTSTRAP + k] * 1e-3 - t0 * 1e3;
+  e[5] = (x->tInit - t0) * 1e3;
+}
+
+static void printPhases(const struct rankResult* res, int n) {
+  double t0 = 0, tLast = 0;
+  int lastStart = 0, lastReady = 0;
+  for (int r = 0; r < n; r++) {
+    if (res[r].tStart > t0) t0 = res[r].tStart, lastStart = r;
+    if (res[r].tInit > tLast) tLast = res[r].tInit, lastReady = r;
+  }
+  const int who[3] = {lastStart, lastReady, 0};
+  const char* what[3] = {"last to start", "last ready", "rank 0"};
+  printf("#   phase ends, ms after the last start: start bootstrap contact partners gathered usable\n");
+  for (int i = 0; i < 3; i++) {
+    double e[6];
+    phaseEnds(&res[who[i]], t0, e);
+    printf("#   %-13s r%-4d %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", what[i], who[i], e[0], e[1], e[2], e[3], e[4],
+           e[5]);
+  }
+  double* col = malloc(sizeof(double) * (size_t)n);
+  if (!col) return;
+  double med[6];
+  for (int k = 0; k < 6; k++) {
+    for (int r = 0; r < n; r++) {
+      double e[6];
+      phaseEnds(&res[r], t0, e);
+      col[r] = e[k];
+    }
+    qsort(col, (size_t)n, sizeof(double), cmpDouble);
+    med[k] = col[n / 2];
+  }
+  free(col);
+  printf("#   %-13s       %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", "median", med[0], med[1], med[2], med[3], med[4],
+         med[5]);
 }
 
 /* --check: the scaling claims of docs/init.md for one run. Returns the number of violations. */
@@ -323,19 +426,25 @@ static int parseList(const char* s, int* out, int max) {
 static void usage(const char* argv0) {
   fprintf(stderr,
           "usage: %s [-n N[,N...]] [-m lazy,eager] [-r reps] [-j out.json] [-t timeout_s] [--hosts H] [--ids K|sqrt] "
-          "[--check]\n"
+          "[--check] [--phases] [--hold MS]\n"
+          "  --hold MS: every rank idles MS ms between init and its first allreduce (not counted in\n"
+          "           1st_ar_s), so ranks done early leave the CPU to those still in init: init alone,\n"
+          "           as with one core per rank. Default 0: ranks go straight to work, as a job would\n"
+          "  --phases: after each run, when the last rank to start, the last to be ready and rank 0\n"
+          "           reached each init phase (ms after the last start), and the median rank\n"
           "  --check: fail unless lazy init opens no connection, eager opens all n(n-1), and every\n"
           "           rank but the roots handles at most 8*ceil(log2 n)+8 bootstrap messages, and the busiest\n"
           "           at most 2*ceil(n/ids) + 4*ceil(log2 ids) + 8*ceil(log2 n) + 8\n"
-          "  --ids K|sqrt[,K|sqrt]: multi-root init with K unique ids (ncclxCommInitRankScalable; fork\n"
-          "           mode only); two values alternate in every repetition, e.g. --ids 1,sqrt\n"
+          "  --ids K|sqrt[,K|sqrt]: multi-root init with K unique ids (ncclxCommInitRankScalable, or with\n"
+          "           --hosts NCCLX_COMM_IDS: id g's root runs on its own emulated host); two values\n"
+          "           alternate in every repetition, e.g. --ids 1,sqrt or --ids 1,8\n"
           "       %s --rank   (one rank under a launcher)\n",
           argv0, argv0);
 }
 
 int main(int argc, char** argv) {
   if (argc > 1 && !strcmp(argv[1], "--rank")) return rankMain();
-  struct options o = {{8, 32}, 2, {1, 0}, 2, 1, 120, 0, 0, {1, 1}, 1, NULL, argv[0]};
+  struct options o = {{8, 32}, 2, {1, 0}, 2, 1, 120, 0, 0, 0, {1, 1}, 1, NULL, argv[0]};
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -378,6 +487,14 @@ int main(int argc, char** argv) {
       i++;
     } else if (!strcmp(a, "--check")) {
       o.check = 1;
+    } else if (!strcmp(a, "--phases")) {
+      o.phases = 1;
+    } else if (!strcmp(a, "--hold") && v) {
+      if (atoi(v) < 0 || setenv("NCCLX_INITBENCH_HOLD_MS", v, 1) != 0) {
+        fprintf(stderr, "--hold %s: expected milliseconds >= 0\n", v);
+        return 2;
+      }
+      i++;
     } else if (!strcmp(a, "--hosts") && v) {
       o.hosts = atoi(v);
       i++;
@@ -388,11 +505,6 @@ int main(int argc, char** argv) {
   }
   if (o.reps < 1 || o.timeoutSec < 1 || o.hosts < 0) {
     usage(argv[0]);
-    return 2;
-  }
-  if (o.hosts && (o.ids[0] != 1 || o.ids[o.nids - 1] != 1)) {
-    fprintf(stderr, "--ids with --hosts is not supported yet: the roots' addresses must come from the launcher "
-                    "(NCCLX_COMM_IDS, docs/init.md)\n");
     return 2;
   }
   int maxN = 0;
@@ -412,9 +524,11 @@ int main(int argc, char** argv) {
   getloadavg(load, 3);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (js)
-    fprintf(js, "{\"cores\": %ld, \"hosts\": %d, \"load_before\": %.2f, \"runs\": [\n", cores, o.hosts, load[0]);
-  printf("# ncclx-init-bench: %ld cores, load %.2f %.2f %.2f, %s\n", cores, load[0], load[1], load[2],
-         o.hosts ? "emulated hosts (ncclx-hosts)" : "forked ranks on one host");
+    fprintf(js, "{\"cores\": %ld, \"hosts\": %d, \"hold_ms\": %s, \"load_before\": %.2f, \"runs\": [\n", cores,
+            o.hosts, getenv("NCCLX_INITBENCH_HOLD_MS") ? getenv("NCCLX_INITBENCH_HOLD_MS") : "0", load[0]);
+  printf("# ncclx-init-bench: %ld cores, load %.2f %.2f %.2f, %s%s\n", cores, load[0], load[1], load[2],
+         o.hosts ? "emulated hosts (ncclx-hosts)" : "forked ranks on one host",
+         getenv("NCCLX_INITBENCH_HOLD_MS") ? ", ranks hold before the first allreduce (--hold)" : "");
   printf("%6s %4s %5s %3s %7s %9s %9s %8s %8s %8s %9s %9s %8s %8s %8s\n", "ranks", "ids", "mode", "rep", "skew_s", "init_s",
          "1st_ar_s", "conns@i", "conns@ar", "bs_msgs", "bs_bytes", "nonroot", "bs_conn", "cpu_ms", "rss_MB");
   int failures = 0, firstRun = 1;
@@ -425,7 +539,11 @@ int main(int argc, char** argv) {
         int mi = run % o.nmodes, ii = run / o.nmodes;
         int lazy = o.modes[(mi + rep) % o.nmodes]; /* alternate which mode goes first */
         int nIds = idsFor(o.ids[(ii + rep) % o.nids], n);
-        int bad = o.hosts ? runHosts(&o, n, lazy, res) : runForked(n, nIds, lazy, o.timeoutSec, res);
+        int bad = o.hosts ? runHosts(&o, n, nIds, lazy, res) : runForked(n, nIds, lazy, o.timeoutSec, res);
+        if (bad == -77) {
+          printf("skipped: ncclx-hosts cannot make network namespaces here (needs root and ip netns)\n");
+          return 77;
+        }
         struct summary s;
         memset(&s, 0, sizeof(s));
         s.n = n;
@@ -443,6 +561,7 @@ int main(int argc, char** argv) {
                lazy ? "lazy" : "eager", rep, s.skew, s.initMax, s.arMax, (long long)s.peerConnsInit, (long long)s.peerConnsAr, (long long)s.busiestMsgs,
                (long long)s.busiestBytes, (long long)s.busiestNonRootMsgs, (long long)s.busiestConns,
                s.cpuMean * 1e3, s.rssMaxKB / 1024.0);
+        if (o.phases) printPhases(res, n);
         fflush(stdout);
         if (o.check) failures += checkRun(&s);
         if (js) {
@@ -455,12 +574,17 @@ int main(int argc, char** argv) {
                   (long long)s.peerConnsInit, (long long)s.peerConnsAr, (long long)s.busiestMsgs,
                   (long long)s.busiestBytes, (long long)s.busiestNonRootMsgs, (long long)s.busiestConns,
                   s.rssMaxKB, s.rssMeanKB);
+          double lastStart = 0;
+          for (int r = 0; r < n; r++) lastStart = res[r].tStart > lastStart ? res[r].tStart : lastStart;
           for (int r = 0; r < n; r++) {
             const struct rankResult* x = &res[r];
-            fprintf(js, "%s[%.6f, %lld, %lld, %lld, %lld, %lld]", r ? ", " : "", x->cpuInit,
-                    (long long)(x->c[C_MSGS_SENT] + x->c[C_MSGS_RECV]), (long long)x->c[C_RDV_MSGS],
+            double e[6];
+            phaseEnds(x, lastStart, e);
+            fprintf(js, "%s[%.6f, %lld, %lld, %lld, %lld, %lld, %.2f, %.2f, %.2f, %.2f, %.2f, %.2f]", r ? ", " : "",
+                    x->cpuInit, (long long)(x->c[C_MSGS_SENT] + x->c[C_MSGS_RECV]), (long long)x->c[C_RDV_MSGS],
                     (long long)(x->c[C_CONNS_OPENED] + x->c[C_CONNS_ACCEPTED] + x->c[C_RDV_CONNS]),
-                    (long long)x->c[C_PEER_CONNS], (long long)(x->c[C_RDV_US] + x->c[C_GATHER_US]));
+                    (long long)x->c[C_PEER_CONNS], (long long)(x->c[C_RDV_US] + x->c[C_GATHER_US]), e[0], e[1], e[2],
+                    e[3], e[4], e[5]);
           }
           fprintf(js, "]}\n");
           firstRun = 0;
@@ -471,7 +595,8 @@ int main(int argc, char** argv) {
   if (js) {
     getloadavg(load, 3);
     fprintf(js, "], \"rank_fields\": [\"cpu_init_s\", \"bs_msgs\", \"rdv_msgs\", \"bs_conns\", \"peer_conn_ends\", "
-                "\"bootstrap_us\"], \"load_after\": %.2f}\n", load[0]);
+                "\"bootstrap_us\", \"ms_after_last_start: start\", \"bootstrap\", \"contact\", \"partners\", "
+                "\"gathered\", \"usable\"], \"load_after\": %.2f}\n", load[0]);
     fclose(js);
   }
   return failures ? 1 : 0;

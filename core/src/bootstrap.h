@@ -4,7 +4,8 @@
  *
  * Scaling (docs/init.md): the root handles one constant-size hello and one reply of
  * O(log n) addresses per rank; every other bootstrap exchange is O(log n) rounds, and no
- * rank opens more than O(log n) connections during init.
+ * rank opens more than O(log n) connections during init. Small groups (a root's replies of
+ * the whole table within 4 MiB) get the whole table in the reply instead: no rounds.
  *
  * A bootstrap is shared by a communicator and the communicators split from it: a child
  * uses a view with its own rank map and tag space (bootstrapView). */
@@ -90,6 +91,10 @@ struct bootstrapStats {
   uint64_t connsOpened, connsAccepted;
   uint64_t rdvMsgs, rdvBytes, rdvConns; /* rendezvous: hellos + replies handled */
   double rendezvousSec, addrGatherSec; /* time in the rendezvous, then in the address all-gather */
+  /* Phase timestamps (CLOCK_MONOTONIC seconds, system wide: comparable across processes and
+   * network namespaces) for init benchmarks: bootstrap entered, connected to the root (on a
+   * root: last member's hello in), partner list received (root: replies sent), all-gather done. */
+  double tStart, tRootContact, tReply, tReady;
 };
 void bootstrapGetStats(struct bootstrap* b, struct bootstrapStats* out);
 

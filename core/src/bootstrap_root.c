@@ -12,7 +12,11 @@
  * O(log n) ranks it sends to in a Bruck all-gather, never the whole table (that was O(n^2)
  * bytes at the root). A first contact per rank at the root is unavoidable with a single
  * rendezvous address; everything after it is O(log n) rounds, messages and connections per
- * rank (docs/init.md). A rank that never arrives is named by the root to every other rank. */
+ * rank (docs/init.md). A rank that never arrives is named by the root to every other rank.
+ *
+ * Direct answers: when the largest group's replies of the whole table fit DIRECT_MAX_BYTES,
+ * members send their payload with the hello and the root's reply is the whole table (every
+ * rank's address and payload): members skip the all-gather, 2 messages each. */
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
@@ -26,6 +30,12 @@
 #include "debug.h"
 
 #define SWEEP_SEC 0.2 /* how often the root checks that joined ranks are still there */
+/* Direct answers: when a root's group is small enough that sending each member the whole
+ * table costs at most this many bytes (group size x nranks x slot), members send their
+ * payload with the hello and get every rank's address and payload in the reply: no
+ * all-gather rounds at all for members. Bigger groups use the Bruck all-gather, so no root
+ * ever sends more than this (docs/init.md). */
+#define DIRECT_MAX_BYTES ((size_t)4 << 20)
 
 /* Ranks this rank sends to in a Bruck all-gather: rank - 2^k for every 2^k < nranks. */
 static int partnerCount(int nranks) {
@@ -84,6 +94,10 @@ struct rdvPlan {
   int first, end;             /* the group's ranks [first, end); first is its root */
   int nRootPeers;             /* ceil(log2 nIds): root hellos sent and received by a root */
   const struct idLayout* ids; /* nIds ids, the same list on every rank */
+  int direct;                 /* members get the whole table from their root (DIRECT_MAX_BYTES) */
+  size_t payload, slot;       /* the caller's bytes per rank; slot = address + payload */
+  char* all;                  /* the caller's nranks x payload buffer */
+  char* table;                /* direct, on a root: nranks slots of address + payload */
 };
 
 struct helloConn {
@@ -91,7 +105,53 @@ struct helloConn {
   char name[64];
   size_t got;
   struct helloMsg msg;
+  char* payload; /* direct mode: the member's payload, read after the hello */
+  size_t payloadGot;
 };
+
+/* Root, direct mode: the whole table (every rank's address and payload) in one reply. */
+static int sendTable(struct bootstrapRoot* r, const struct rdvPlan* p, int fd, double deadline) {
+  int n = r->nranks;
+  /* The header sits right before the table (see bootstrapInitScalable): one send, so the
+   * member wakes up once for the whole reply. */
+  struct tableHeader h = {TABLE_MAGIC, ncclxSuccess, r->secret, n, 0, (uint32_t)n, (uint32_t)p->slot};
+  char* reply = p->table - sizeof(h);
+  memcpy(reply, &h, sizeof(h));
+  size_t bytes = sizeof(h) + p->slot * (size_t)n;
+  int e = bsSendAll(fd, reply, bytes, deadline);
+  if (e == 0) {
+    r->stats.rdvMsgs++;
+    r->stats.rdvBytes += bytes;
+  }
+  return e;
+}
+
+/* Rank, direct mode: read the whole table into the address table and the caller's buffer. */
+static ncclxResult_t recvTable(struct bootstrapRoot* r, const struct rdvPlan* p, int fd, const char* rootName,
+                               double deadline) {
+  size_t bytes = p->slot * (size_t)r->nranks;
+  char* t = malloc(bytes);
+  if (!t) return ncclxSetError(ncclxSystemError, "bootstrap: rank %d: out of memory for the %zu-byte table", r->rank, bytes);
+  int e = bsRecvAll(fd, t, bytes, deadline);
+  ncclxResult_t res = ncclxSuccess;
+  if (e != 0)
+    res = ncclxSetError(ncclxRemoteError, "bootstrap: rank %d: truncated table from the root %s: %s", r->rank,
+                        rootName, e < 0 ? "connection closed" : strerror(e));
+  for (int i = 0; res == ncclxSuccess && i < r->nranks; i++) {
+    const char* s = t + p->slot * (size_t)i;
+    struct wireAddr a;
+    memcpy(&a, s, sizeof(a));
+    if (a.family != AF_INET && a.family != AF_INET6)
+      res = ncclxSetError(ncclxRemoteError, "bootstrap: rank %d: the table from the root %s has no address for rank %d",
+                          r->rank, rootName, i);
+    else if (i != r->rank)
+      r->addrs[i] = a;
+    if (res == ncclxSuccess && p->payload && i != r->rank)
+      memcpy(p->all + p->payload * (size_t)i, s + sizeof(a), p->payload);
+  }
+  free(t);
+  return res;
+}
 
 /* Where a pending connection comes from, looked up only when a message needs it: the root
  * handles one hello per rank, so its per-hello work is kept to the bare minimum. */
@@ -150,9 +210,14 @@ static int acceptHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct 
   else {
     fds[m->rank] = h->fd;
     r->addrs[m->rank] = m->listenAddr;
+    if (p->direct) {
+      char* slot = p->table + p->slot * (size_t)m->rank;
+      memcpy(slot, &m->listenAddr, sizeof(m->listenAddr));
+      if (p->payload) memcpy(slot + sizeof(m->listenAddr), h->payload, p->payload);
+    }
     (*registered)++;
     r->stats.rdvMsgs++;
-    r->stats.rdvBytes += sizeof(*m);
+    r->stats.rdvBytes += sizeof(*m) + (p->direct ? p->payload : 0);
     return 1;
   }
   WARN("bootstrap: root refused a rank: %s", why);
@@ -184,20 +249,44 @@ static void acceptRootHello(struct bootstrapRoot* r, const struct rdvPlan* p, st
   }
 }
 
+static void dropHello(struct helloConn* h) {
+  close(h->fd);
+  free(h->payload);
+  h->payload = NULL;
+}
+
 /* Read what a pending connection sent. Returns 1 to keep it pending, 0 when it was handled. */
 static int progressHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct helloConn* h, int* fds,
                          int* registered, char* rootSeen, int* rootIn) {
   for (;;) {
-    ssize_t n = recv(h->fd, (char*)&h->msg + h->got, sizeof(h->msg) - h->got, MSG_DONTWAIT);
+    /* Direct mode: a member's payload follows its hello on the same connection. */
+    int inPayload = h->got == sizeof(h->msg);
+    if (inPayload && !h->payload && !(h->payload = malloc(p->payload))) {
+      WARN("bootstrap: root dropped connection from %s: no memory for its %zu-byte payload", helloName(h), p->payload);
+      dropHello(h);
+      return 0;
+    }
+    char* dst = inPayload ? h->payload + h->payloadGot : (char*)&h->msg + h->got;
+    size_t want = inPayload ? p->payload - h->payloadGot : sizeof(h->msg) - h->got;
+    ssize_t n = recv(h->fd, dst, want, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 1;
     if (n <= 0) {
       if (h->got == 0)
         WARN("bootstrap: root: connection from %s closed without a hello", helloName(h));
       else
-        WARN("bootstrap: root refused connection from %s: truncated hello (%zu of %zu bytes%s%s)", helloName(h), h->got,
-             sizeof(h->msg), n < 0 ? ", " : "", n < 0 ? strerror(errno) : "");
-      close(h->fd);
+        WARN("bootstrap: root refused connection from %s: truncated hello (%zu of %zu bytes%s%s)", helloName(h),
+             h->got + h->payloadGot, sizeof(h->msg) + (p->direct ? p->payload : 0), n < 0 ? ", " : "",
+             n < 0 ? strerror(errno) : "");
+      dropHello(h);
+      return 0;
+    }
+    if (inPayload) {
+      h->payloadGot += (size_t)n;
+      if (h->payloadGot < p->payload) continue;
+      if (!acceptHello(r, p, h, fds, registered)) close(h->fd);
+      free(h->payload);
+      h->payload = NULL;
       return 0;
     }
     h->got += (size_t)n;
@@ -211,6 +300,8 @@ static int progressHello(struct bootstrapRoot* r, const struct rdvPlan* p, struc
       if (h->msg.magic == ROOT_HELLO_MAGIC) {
         acceptRootHello(r, p, h, rootSeen, rootIn);
         close(h->fd);
+      } else if (p->direct && p->payload > 0) {
+        continue; /* the payload comes next */
       } else if (!acceptHello(r, p, h, fds, registered)) {
         close(h->fd);
       }
@@ -248,7 +339,7 @@ struct groupSlot {
   int32_t status;
   uint32_t count;
   char text[248];
-  struct wireAddr addrs[];
+  /* then count entries: an address (direct mode: the table's slots, address + payload) */
 };
 
 /* Multi-root: all-gather the groups' addresses among the roots (ceil(log2 nIds) rounds).
@@ -256,7 +347,8 @@ struct groupSlot {
 static ncclxResult_t exchangeAmongRoots(struct bootstrap* b, const struct rdvPlan* p, char* msg, size_t msgSize) {
   struct bootstrapRoot* r = b->root;
   int n = r->nranks, m = p->nIds, maxGroup = (n + m - 1) / m;
-  size_t slot = sizeof(struct groupSlot) + sizeof(struct wireAddr) * (size_t)maxGroup;
+  size_t entry = p->direct ? p->slot : sizeof(struct wireAddr);
+  size_t slot = sizeof(struct groupSlot) + entry * (size_t)maxGroup;
   char* all = calloc((size_t)m, slot);
   int* roots = malloc(sizeof(int) * (size_t)m);
   if (!all || !roots) {
@@ -270,7 +362,11 @@ static ncclxResult_t exchangeAmongRoots(struct bootstrap* b, const struct rdvPla
   mine->status = msg[0] ? ncclxRemoteError : ncclxSuccess;
   snprintf(mine->text, sizeof(mine->text), "%s", msg);
   mine->count = (uint32_t)(p->end - p->first);
-  memcpy(mine->addrs, &r->addrs[p->first], sizeof(struct wireAddr) * mine->count);
+  char* mineEntries = (char*)(mine + 1);
+  if (p->direct)
+    memcpy(mineEntries, p->table + p->slot * (size_t)p->first, p->slot * mine->count);
+  else
+    memcpy(mineEntries, &r->addrs[p->first], sizeof(struct wireAddr) * mine->count);
 
   struct bootstrap* v = NULL;
   ncclxResult_t res = bootstrapView(b, roots, m, p->group, ROOTS_TAG_SPACE, &v);
@@ -298,9 +394,13 @@ static ncclxResult_t exchangeAmongRoots(struct bootstrap* b, const struct rdvPla
       snprintf(msg, msgSize, "root rank %d of unique id %d sent %u addresses for its %d ranks", first, g, s->count,
                end - first);
       res = ncclxRemoteError;
-    } else {
-      for (int i = first; i < end; i++)
-        if (i < p->first || i >= p->end) r->addrs[i] = s->addrs[i - first];
+    } else if (g != p->group) {
+      const char* entries = (const char*)(s + 1);
+      for (int i = first; i < end; i++) {
+        const char* e = entries + entry * (size_t)(i - first);
+        memcpy(&r->addrs[i], e, sizeof(struct wireAddr));
+        if (p->direct) memcpy(p->table + p->slot * (size_t)i, e, p->slot);
+      }
     }
   }
   if (res == ncclxSuccess && msg[0]) res = ncclxRemoteError; /* our own group failed */
@@ -411,10 +511,11 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
       }
     }
   }
+  r->stats.tRootContact = bsNow();
   for (int i = 0; i < nPending; i++) {
     WARN("bootstrap: root dropped connection from %s: it never sent a complete hello (%zu of %zu bytes)",
          helloName(&pending[i]), pending[i].got, sizeof(pending[i].msg));
-    close(pending[i].fd);
+    dropHello(&pending[i]);
   }
   free(pending);
   free(pfds);
@@ -455,11 +556,12 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
   } else {
     double sendDeadline = bsNow() + (r->timeoutSec > 0 ? r->timeoutSec : 30.0);
     for (int i = p->first + 1; i < p->end && res == ncclxSuccess; i++) {
-      int e = sendPartners(r, fds[i], i, sendDeadline);
+      int e = p->direct ? sendTable(r, p, fds[i], sendDeadline) : sendPartners(r, fds[i], i, sendDeadline);
       if (e != 0)
         res = ncclxSetError(ncclxRemoteError, "bootstrap: root %s could not send rank %d its partner addresses: %s",
                             rootName, i, strerror(e));
     }
+    r->stats.tReply = bsNow();
     if (res == ncclxSuccess)
       INFO(NCCLX_LOG_BOOTSTRAP, "bootstrap: ranks %d..%d joined at the root %s in %.3f s", p->first, p->end - 1,
            rootName, bsNow() - start);
@@ -481,6 +583,7 @@ static ncclxResult_t rendezvousJoin(struct bootstrapRoot* r, const struct rdvPla
     return ncclxSetError(ncclxRemoteError,
                          "bootstrap: rank %d could not reach the root (rank %d, unique id %d of %d) at %s within %g s: %s",
                          r->rank, p->first, p->group, p->nIds, rootName, r->timeoutSec, strerror(err));
+  r->stats.tRootContact = bsNow();
   INFO(NCCLX_LOG_BOOTSTRAP, "bootstrap: rank %d connected to the root %s (%d attempt%s)", r->rank, rootName,
        attempts, attempts == 1 ? "" : "s");
 
@@ -494,6 +597,8 @@ static ncclxResult_t rendezvousJoin(struct bootstrapRoot* r, const struct rdvPla
   ncclxResult_t res = ncclxSuccess;
   struct tableHeader h;
   int e = bsSendAll(fd, &hello, sizeof(hello), deadline);
+  if (e == 0 && p->direct && p->payload)
+    e = bsSendAll(fd, p->all + p->payload * (size_t)r->rank, p->payload, deadline);
   /* The root's verdict (e.g. which ranks are missing) is the better message: wait a bit for it. */
   double replyDeadline = deadline + JOIN_GRACE_SEC;
   if (e == 0) e = bsRecvAll(fd, &h, sizeof(h), replyDeadline);
@@ -516,15 +621,22 @@ static ncclxResult_t rendezvousJoin(struct bootstrapRoot* r, const struct rdvPla
     ncclxResult_t status = h.status > 0 && h.status < ncclxNumResults ? (ncclxResult_t)h.status : ncclxRemoteError;
     res = ncclxSetError(status, "bootstrap: rank %d: init failed at the root %s: %s", r->rank, rootName,
                         n ? text : "(no reason given)");
-  } else if (h.nranks != r->nranks || h.count != (uint32_t)partnerCount(r->nranks)) {
+  } else if (p->direct && (h.nranks != r->nranks || h.count != (uint32_t)r->nranks || h.reserved != p->slot)) {
+    res = ncclxSetError(ncclxInternalError,
+                        "bootstrap: rank %d: root %s sent a table of %u slots of %u bytes for %d ranks, expected %d of %zu",
+                        r->rank, rootName, h.count, h.reserved, h.nranks, r->nranks, p->slot);
+  } else if (!p->direct && (h.nranks != r->nranks || h.count != (uint32_t)partnerCount(r->nranks))) {
     res = ncclxSetError(ncclxInternalError,
                         "bootstrap: rank %d: root %s sent %u partners for %d ranks, expected %d partners for %d ranks",
                         r->rank, rootName, h.count, h.nranks, partnerCount(r->nranks), r->nranks);
   } else {
-    res = recvPartners(r, fd, h.count, rootName, replyDeadline);
+    res = p->direct ? recvTable(r, p, fd, rootName, replyDeadline) : recvPartners(r, fd, h.count, rootName, replyDeadline);
+    r->stats.tReply = bsNow();
   }
   r->stats.rdvMsgs += 2;
-  r->stats.rdvBytes += sizeof(hello) + sizeof(h) + (res == ncclxSuccess ? h.count * sizeof(struct partnerEntry) : 0);
+  r->stats.rdvBytes += sizeof(hello) + sizeof(h) +
+                       (p->direct ? p->payload + (res == ncclxSuccess ? p->slot * (size_t)r->nranks : 0)
+                                  : (res == ncclxSuccess ? h.count * sizeof(struct partnerEntry) : 0));
   r->stats.rdvConns++;
   close(fd);
   return res;
@@ -586,10 +698,22 @@ ncclxResult_t bootstrapInitScalable(const ncclxUniqueId* ids, int nIds, int rank
                            "bootstrap: unique id %d of %d is not valid (not made by ncclxGetUniqueId, or corrupted)",
                            i, nIds);
     }
-  struct rdvPlan plan = {nIds, bootstrapIdGroup(rank, nIds, nranks), 0, 0, 0, l};
+  struct rdvPlan plan = {nIds, bootstrapIdGroup(rank, nIds, nranks), 0, 0, 0, l, 0, size, 0, all, NULL};
   plan.first = bootstrapIdRoot(plan.group, nIds, nranks);
   plan.end = plan.group + 1 < nIds ? bootstrapIdRoot(plan.group + 1, nIds, nranks) : nranks;
   for (long d = 1; d < nIds; d <<= 1) plan.nRootPeers++;
+  /* Every rank decides alike from (nranks, nIds, size): the largest group's table bytes. */
+  plan.slot = sizeof(struct wireAddr) + size;
+  size_t maxGroup = (size_t)(nranks + nIds - 1) / (size_t)nIds;
+  plan.direct = size <= DIRECT_MAX_BYTES && (size_t)nranks <= DIRECT_MAX_BYTES / plan.slot / maxGroup;
+  char* reply = NULL; /* a direct-mode root's reply: header, then the table */
+  if (plan.direct && rank == plan.first) {
+    if (!(reply = calloc(1, sizeof(struct tableHeader) + plan.slot * (size_t)nranks))) {
+      free(l);
+      return ncclxSetError(ncclxSystemError, "bootstrap: out of memory for the %d-rank table", nranks);
+    }
+    plan.table = reply + sizeof(struct tableHeader);
+  }
   const struct idLayout* myId = &l[plan.group];
   uint64_t secret = nIds == 1 ? l[0].secret : bootstrapIdsSecret(ids, nIds);
   double start = bsNow(), deadline = bsDeadlineAfter(timeoutSec);
@@ -600,12 +724,14 @@ ncclxResult_t bootstrapInitScalable(const ncclxUniqueId* ids, int nIds, int rank
   if (!b) {
     bsRootFree(r);
     free(l);
+    free(reply);
     return ncclxSetError(ncclxSystemError, "bootstrap: out of memory for %d ranks", nranks);
   }
   /* Registered before the rendezvous: roots run their exchange over a view of this one. */
   for (int i = 0; i < nranks; i++) b->rootRanks[i] = i;
   r->refs = 1;
   r->views = b;
+  r->stats.tStart = start;
   /* Listen where the others can reach us: on the interface that routes to our root. */
   struct wireAddr local;
   ncclxResult_t res = ncclxSuccess;
@@ -619,15 +745,24 @@ ncclxResult_t bootstrapInitScalable(const ncclxUniqueId* ids, int nIds, int rank
   }
   if (res == ncclxSuccess) {
     r->listenFd = bsOpenListener(&local, 0, &r->addrs[rank]);
-    if (r->listenFd < 0)
+    if (r->listenFd < 0) {
       res = ncclxSetError(ncclxSystemError, "bootstrap: rank %d cannot listen on %s: %s", rank,
                           bsAddrString(&local, name, sizeof(name)), strerror(errno));
-    else
+    } else {
+      if (plan.table) { /* the root's own slot */
+        memcpy(plan.table + plan.slot * (size_t)rank, &r->addrs[rank], sizeof(struct wireAddr));
+        if (size) memcpy(plan.table + plan.slot * (size_t)rank + sizeof(struct wireAddr), (char*)all + size * (size_t)rank, size);
+      }
       res = rank == plan.first ? rendezvousServe(b, &plan, deadline) : rendezvousJoin(r, &plan, deadline);
+    }
   }
   char rootName[80];
   bsAddrString(&myId->root, rootName, sizeof(rootName));
   free(l);
+  /* A direct-mode root now holds the whole table: hand the payloads to the caller. */
+  for (int i = 0; res == ncclxSuccess && plan.table && size && i < nranks; i++)
+    memcpy((char*)all + size * (size_t)i, plan.table + plan.slot * (size_t)i + sizeof(struct wireAddr), size);
+  free(reply);
   if (res != ncclxSuccess) {
     bootstrapRelease(b);
     return res;
@@ -635,13 +770,15 @@ ncclxResult_t bootstrapInitScalable(const ncclxUniqueId* ids, int nIds, int rank
   double gatherStart = bsNow();
   r->stats.rendezvousSec = gatherStart - start;
   /* Everyone now knows the ranks it sends to in a Bruck all-gather; one all-gather of the
-   * addresses (O(log n) rounds and connections per rank) gives every rank the whole table. */
-  res = gatherAddresses(b, all, size);
+   * addresses (O(log n) rounds and connections per rank) gives every rank the whole table.
+   * Direct mode: the root's reply was the whole table already. */
+  if (!plan.direct || nranks == 1) res = gatherAddresses(b, all, size);
   if (res != ncclxSuccess) {
     bootstrapRelease(b);
     return res;
   }
-  r->stats.addrGatherSec = bsNow() - gatherStart;
+  r->stats.tReady = bsNow();
+  r->stats.addrGatherSec = r->stats.tReady - gatherStart;
   INFO(NCCLX_LOG_BOOTSTRAP, "bootstrap: rank %d of %d ready, listening at %s (root %s, unique id %d of %d)", rank,
        nranks, bsAddrString(&r->addrs[rank], name, sizeof(name)), rootName, plan.group, nIds);
   *out = b;

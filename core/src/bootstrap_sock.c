@@ -196,7 +196,10 @@ int bsConnectWithin(const struct wireAddr* to, double deadline, int retry, int* 
       return -1;
     }
     bsSleepSec(backoff < left ? backoff : left);
-    backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2;
+    /* At most 50 ms: a rank that arrives before its root listens would otherwise sleep up to
+     * 0.5 s past the moment the root is ready, straight onto every rank's init time. A
+     * refused connect costs microseconds, so retrying 20 times a second is cheap. */
+    backoff = backoff * 2 > 0.05 ? 0.05 : backoff * 2;
   }
 }
 

@@ -277,8 +277,9 @@ static void commCountHosts(struct ncclxComm* comm) {
 }
 
 /* Before the bootstrap: transports open and listening, this rank's peer info filled in (at
- * init it rides along the bootstrap's own address all-gather). */
-static ncclxResult_t commPrepare(struct ncclxComm* comm) {
+ * init it rides along the bootstrap's own address all-gather). A split child (parent not
+ * NULL) shares the parent's listeners. comm->commHash must be set: connections are filed by it. */
+static ncclxResult_t commPrepare(struct ncclxComm* comm, struct ncclxComm* parent) {
   NCCLX_CHECK(transportsOpen(comm));
   comm->peerInfo = calloc((size_t)comm->nranks, sizeof(*comm->peerInfo));
   comm->conns = calloc((size_t)comm->nranks, sizeof(*comm->conns));
@@ -291,7 +292,7 @@ static ncclxResult_t commPrepare(struct ncclxComm* comm) {
   me->pid = (int)getpid();
   snprintf(me->hostname, sizeof(me->hostname), "%s", bootstrapHostname());
   me->hostHash = hostIdentity(me->hostname);
-  return peersListen(comm);
+  return parent ? peersListenShared(comm, parent) : peersListen(comm);
 }
 
 /* Everything after the bootstrap exists: peer info (gathered unless the bootstrap did it),
@@ -359,11 +360,12 @@ static ncclxResult_t commInitRankImpl(ncclxComm_t* out, int nranks, int nIds, co
   if (!comm) return ncclxSetError(ncclxSystemError, "out of memory allocating a communicator");
   ncclxResult_t res = commReadSettings(comm, config);
   struct bootstrap* b = NULL;
-  if (res == ncclxSuccess) res = commPrepare(comm);
+  comm->commHash = hashMix(0xcbf29ce484222325ull, bootstrapIdsSecret(ids, nIds));
+  if (res == ncclxSuccess) res = commPrepare(comm, NULL);
   if (res == ncclxSuccess)
     res = bootstrapInitScalable(ids, nIds, rank, nranks, comm->timeoutSec > 0 ? comm->timeoutSec : 1e9,
                                 comm->peerInfo, sizeof(*comm->peerInfo), &b);
-  if (res == ncclxSuccess) res = commSetup(comm, b, hashMix(0xcbf29ce484222325ull, bootstrapIdsSecret(ids, nIds)), 1);
+  if (res == ncclxSuccess) res = commSetup(comm, b, comm->commHash, 1);
   if (res != ncclxSuccess) {
     char msg[1024];
     snprintf(msg, sizeof(msg), "%s", ncclxThreadLastError());
@@ -455,7 +457,8 @@ API ncclxResult_t ncclxCommSplit(ncclxComm_t comm, int color, int key, ncclxComm
   uint64_t childHash = hashMix(hashMix(comm->commHash, splitIndex), (uint64_t)(unsigned)color);
   struct bootstrap* view = NULL;
   res = commReadSettings(child, config);
-  if (res == ncclxSuccess) res = commPrepare(child);
+  child->commHash = childHash;
+  if (res == ncclxSuccess) res = commPrepare(child, comm);
   if (res == ncclxSuccess)
     res = bootstrapView(comm->bootstrap, members, n, myRank, childHash, &view);
   free(members);
@@ -530,7 +533,8 @@ API ncclxResult_t ncclxCommSplitGroup(ncclxComm_t comm, const int* ranks, int nr
   if (!child) return ncclxSetError(ncclxSystemError, "out of memory in ncclxCommSplitGroup");
   struct bootstrap* view = NULL;
   res = commReadSettings(child, config);
-  if (res == ncclxSuccess) res = commPrepare(child);
+  child->commHash = childHash;
+  if (res == ncclxSuccess) res = commPrepare(child, comm);
   if (res == ncclxSuccess) res = bootstrapView(comm->bootstrap, ranks, nranks, myRank, childHash, &view);
   if (res == ncclxSuccess) res = commSetup(child, view, childHash, 0);
   if (res != ncclxSuccess) {
@@ -549,7 +553,9 @@ API ncclxResult_t ncclxCommSplitGroup(ncclxComm_t comm, const int* ranks, int nr
 
 /* Fills up to max of: bootstrap msgs sent, recv, bytes sent, recv, connections opened,
  * accepted, rendezvous msgs, bytes, connections, peer (transport) connections open,
- * rendezvous microseconds, address all-gather microseconds. Returns how many it filled,
+ * rendezvous microseconds, address all-gather microseconds, then the bootstrap's phase
+ * timestamps in CLOCK_MONOTONIC microseconds (bootstrap entered, root contacted, partners
+ * received, all-gather done: struct bootstrapStats). Returns how many it filled,
  * or -1 for a bad handle. Counters are per process: all views of one bootstrap together. */
 API int ncclxInternalInitCounters(ncclxComm_t comm, int64_t* out, int max) {
   if (commCheckHandle(comm) != ncclxSuccess || !out || max < 0) return -1;
@@ -561,7 +567,9 @@ API int ncclxInternalInitCounters(ncclxComm_t comm, int64_t* out, int max) {
   int64_t v[] = {(int64_t)st.msgsSent,    (int64_t)st.msgsRecv,      (int64_t)st.bytesSent,
                  (int64_t)st.bytesRecv,   (int64_t)st.connsOpened,   (int64_t)st.connsAccepted,
                  (int64_t)st.rdvMsgs,     (int64_t)st.rdvBytes,      (int64_t)st.rdvConns,
-                 (int64_t)open,           (int64_t)(st.rendezvousSec * 1e6), (int64_t)(st.addrGatherSec * 1e6)};
+                 (int64_t)open,           (int64_t)(st.rendezvousSec * 1e6), (int64_t)(st.addrGatherSec * 1e6),
+                 (int64_t)(st.tStart * 1e6), (int64_t)(st.tRootContact * 1e6), (int64_t)(st.tReply * 1e6),
+                 (int64_t)(st.tReady * 1e6)};
   int n = (int)(sizeof(v) / sizeof(v[0]));
   if (n > max) n = max;
   for (int i = 0; i < n; i++) out[i] = v[i];

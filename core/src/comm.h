@@ -58,7 +58,7 @@ struct ncclxComm {
   struct ncclxTransport tp[NCCLX_NUM_TP];
   size_t maxMessageBytes; /* smallest over the transports in use */
   struct ncclxPeerConn* conns; /* nranks entries */
-  void* unmatchedAccepts;      /* peers.c: accepted connections still saying hello */
+  struct peersListener* listener; /* peers.c: transport listeners, shared with split children */
   pthread_mutex_t connLock;
   int connectsMade, acceptsRefused; /* peers.c, under connLock: each peer must be connected once */
 

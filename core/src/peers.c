@@ -1,13 +1,17 @@
 /* Network connections between ranks, made on first use.
  *
- * Each rank listens once per communicator and publishes the handle in its peer info. A
- * sender connects with the receiver's handle and sends a hello naming its rank; the
- * receiver accepts connections in whatever order they come and files each under the rank
- * its hello names. Connects and accepts are progressed together, so two ranks that need
- * each other at the same moment cannot deadlock. */
+ * Each rank listens once per root communicator and publishes the handles in its peer info;
+ * communicators split from it share those listeners (struct peersListener, reference
+ * counted). A sender connects with the receiver's handle and sends a hello naming the
+ * communicator (its hash) and its rank; the receiver accepts connections in whatever order
+ * they come and files each under the rank its hello names, or parks it for the sharing
+ * communicator it belongs to. Connects and accepts are progressed together, so two ranks
+ * that need each other at the same moment cannot deadlock. */
 #include "peers.h"
 
+#include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +30,7 @@ struct hello {
   int32_t reserved;
 };
 
-/* A received connection whose hello has not arrived yet. */
+/* A received connection: its hello not complete yet, or read but for another sharer. */
 struct pendingAccept {
   const ncclxNet_t* net; /* the transport it arrived on */
   void* recvComm;
@@ -34,6 +38,25 @@ struct pendingAccept {
   struct hello hello;
   struct pendingAccept* next;
 };
+
+/* The listeners of a root communicator and of every communicator split from it. Lock order:
+ * a comm's connLock, then this lock. */
+struct peersListener {
+  pthread_mutex_t lock;
+  int refs; /* communicators sharing it */
+  const ncclxNet_t* net[NCCLX_NUM_TP];
+  void* listenComm[NCCLX_NUM_TP];
+  char handle[NCCLX_NUM_TP][NCCLX_NET_HANDLE_MAXSIZE];
+  struct pendingAccept* unmatched; /* hello not complete yet */
+  struct pendingAccept* parked;    /* hello read, for another sharer than the one that read it */
+  uint64_t* hashes;                /* the sharers' commHash */
+  int nHashes, capHashes;
+};
+
+static atomic_int listenersOpened, listenersLive;
+
+int peersListenersOpened(void) { return atomic_load(&listenersOpened); }
+int peersListenersLive(void) { return atomic_load(&listenersLive); }
 
 /* A send connection being set up. */
 struct pendingConnect {
@@ -49,19 +72,94 @@ static double nowSec(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-ncclxResult_t peersListen(struct ncclxComm* comm) {
+static void closeAccepts(struct pendingAccept* pa) {
+  while (pa) {
+    struct pendingAccept* next = pa->next;
+    pa->net->closeRecv(pa->recvComm);
+    free(pa);
+    pa = next;
+  }
+}
+
+/* With L->lock held: add a sharer's hash (0 on success). */
+static int addSharer(struct peersListener* L, uint64_t hash) {
+  if (L->nHashes == L->capHashes) {
+    int cap = L->capHashes ? 2 * L->capHashes : 4;
+    uint64_t* grown = realloc(L->hashes, sizeof(*grown) * (size_t)cap);
+    if (!grown) return -1;
+    L->hashes = grown;
+    L->capHashes = cap;
+  }
+  L->hashes[L->nHashes++] = hash;
+  return 0;
+}
+
+static int isSharer(const struct peersListener* L, uint64_t hash) {
+  for (int i = 0; i < L->nHashes; i++)
+    if (L->hashes[i] == hash) return 1;
+  return 0;
+}
+
+/* Fill this rank's handles and the comm's (borrowed) listenComms from L. */
+static void useListener(struct ncclxComm* comm, struct peersListener* L) {
   struct ncclxPeerInfo* me = &comm->peerInfo[comm->rank];
+  comm->listener = L;
+  for (int t = 0; t < NCCLX_NUM_TP; t++) {
+    comm->tp[t].listenComm = L->listenComm[t];
+    memcpy(t == NCCLX_TP_SHM ? me->shmHandle : me->netHandle, L->handle[t], NCCLX_NET_HANDLE_MAXSIZE);
+  }
+  me->shmEnabled = comm->tp[NCCLX_TP_SHM].net != NULL;
+}
+
+static void listenerFree(struct peersListener* L) {
+  closeAccepts(L->unmatched);
+  closeAccepts(L->parked);
+  for (int t = 0; t < NCCLX_NUM_TP; t++)
+    if (L->listenComm[t]) L->net[t]->closeListen(L->listenComm[t]);
+  pthread_mutex_destroy(&L->lock);
+  free(L->hashes);
+  free(L);
+  atomic_fetch_sub(&listenersLive, 1);
+}
+
+ncclxResult_t peersListen(struct ncclxComm* comm) {
+  struct peersListener* L = calloc(1, sizeof(*L));
+  if (!L || addSharer(L, comm->commHash) != 0) {
+    free(L);
+    return ncclxSetError(ncclxSystemError, "out of memory for the transport listeners");
+  }
+  pthread_mutex_init(&L->lock, NULL);
+  L->refs = 1;
+  atomic_fetch_add(&listenersOpened, 1);
+  atomic_fetch_add(&listenersLive, 1);
   for (int t = 0; t < NCCLX_NUM_TP; t++) {
     struct ncclxTransport* tp = &comm->tp[t];
     if (!tp->net) continue;
-    char* handle = t == NCCLX_TP_SHM ? me->shmHandle : me->netHandle;
-    memset(handle, 0, NCCLX_NET_HANDLE_MAXSIZE);
-    ncclxResult_t res = tp->net->listen(tp->ctx, tp->dev, handle, &tp->listenComm);
-    if (res != ncclxSuccess || !tp->listenComm)
+    L->net[t] = tp->net;
+    ncclxResult_t res = tp->net->listen(tp->ctx, tp->dev, L->handle[t], &L->listenComm[t]);
+    if (res != ncclxSuccess || !L->listenComm[t]) {
+      L->listenComm[t] = NULL;
+      listenerFree(L);
       return ncclxSetError(res != ncclxSuccess ? res : ncclxInternalError,
                            "transport '%s' failed to listen on device %d", tp->net->name, tp->dev);
+    }
   }
-  me->shmEnabled = comm->tp[NCCLX_TP_SHM].net != NULL;
+  useListener(comm, L);
+  return ncclxSuccess;
+}
+
+ncclxResult_t peersListenShared(struct ncclxComm* child, struct ncclxComm* parent) {
+  struct peersListener* L = parent->listener;
+  int same = L != NULL;
+  for (int t = 0; same && t < NCCLX_NUM_TP; t++)
+    same = child->tp[t].net == L->net[t] && (!L->net[t] || child->tp[t].dev == parent->tp[t].dev);
+  if (!same) return peersListen(child); /* e.g. the child's config turned shared memory off */
+  pthread_mutex_lock(&L->lock);
+  int err = addSharer(L, child->commHash);
+  if (!err) L->refs++;
+  pthread_mutex_unlock(&L->lock);
+  if (err) return ncclxSetError(ncclxSystemError, "out of memory sharing the parent's listeners");
+  useListener(child, L);
   return ncclxSuccess;
 }
 
@@ -114,35 +212,72 @@ static ncclxResult_t stepConnect(struct ncclxComm* comm, struct pendingConnect* 
   return ncclxSuccess;
 }
 
-/* Accept new connections on every transport and read hellos; files finished ones under
- * their rank. A hello must arrive on the transport that rank should use. */
+/* A completed hello for this comm: file it under its rank, or refuse it. */
+static void fileAccept(struct ncclxComm* comm, struct pendingAccept* pa) {
+  const struct hello* h = &pa->hello;
+  const ncclxNet_t* net = pa->net;
+  int valid = h->rank >= 0 && h->rank < comm->nranks && comm->conns[h->rank].recvComm == NULL &&
+              comm->tp[transportFor(comm, h->rank)].net == net;
+  if (!valid) {
+    comm->acceptsRefused++;
+    WARN("refused a %s connection: rank %d of this communicator %s", net->name, h->rank,
+         h->rank < 0 || h->rank >= comm->nranks ? "does not exist"
+         : comm->conns[h->rank].recvComm      ? "is already connected"
+                                              : "must use another transport");
+    net->closeRecv(pa->recvComm);
+  } else {
+    struct ncclxPeerConn* c = &comm->conns[h->rank];
+    c->net = net;
+    c->recvComm = pa->recvComm;
+    c->recvFd = -1;
+    if (net->getPollFd) net->getPollFd(c->recvComm, &c->recvFd);
+    TRACE(NCCLX_LOG_NET, "accepted %s connection from rank %d", net->name, h->rank);
+  }
+  free(pa);
+}
+
+/* Accept new connections on every shared listener and read hellos; files those for this
+ * comm under their rank, parks those for another sharer, refuses the rest. Then takes the
+ * connections other sharers parked for this comm. */
 static ncclxResult_t stepAccept(struct ncclxComm* comm, int* progress) {
-  for (int t = 0; t < NCCLX_NUM_TP; t++) {
-    struct ncclxTransport* tp = &comm->tp[t];
-    if (!tp->net) continue;
+  struct peersListener* L = comm->listener;
+  ncclxResult_t res = ncclxSuccess;
+  pthread_mutex_lock(&L->lock);
+  for (int t = 0; t < NCCLX_NUM_TP && res == ncclxSuccess; t++) {
+    if (!L->listenComm[t]) continue;
     for (;;) {
       void* rc = NULL;
-      ncclxResult_t res = tp->net->accept(tp->listenComm, &rc);
-      if (res != ncclxSuccess) return commFail(comm, res, "transport '%s' accept failed", tp->net->name);
+      res = L->net[t]->accept(L->listenComm[t], &rc);
+      if (res != ncclxSuccess) {
+        res = commFail(comm, res, "transport '%s' accept failed", L->net[t]->name);
+        break;
+      }
       if (!rc) break;
       struct pendingAccept* pa = calloc(1, sizeof(*pa));
-      if (!pa) return commFail(comm, ncclxSystemError, "out of memory accepting a connection");
-      pa->net = tp->net;
+      if (!pa) {
+        L->net[t]->closeRecv(rc);
+        res = commFail(comm, ncclxSystemError, "out of memory accepting a connection");
+        break;
+      }
+      pa->net = L->net[t];
       pa->recvComm = rc;
-      pa->next = comm->unmatchedAccepts;
-      comm->unmatchedAccepts = pa;
+      pa->next = L->unmatched;
+      L->unmatched = pa;
       *progress = 1;
     }
   }
-  for (struct pendingAccept** link = (struct pendingAccept**)&comm->unmatchedAccepts; *link;) {
+  for (struct pendingAccept** link = &L->unmatched; res == ncclxSuccess && *link;) {
     struct pendingAccept* pa = *link;
     const ncclxNet_t* net = pa->net;
     if (!pa->request) {
       void* data = &pa->hello;
       size_t size = sizeof(pa->hello);
       int tag = 0;
-      ncclxResult_t res = net->irecv(pa->recvComm, 1, &data, &size, &tag, NULL, NULL, &pa->request);
-      if (res != ncclxSuccess) return commFail(comm, res, "cannot receive a connection's hello");
+      ncclxResult_t r = net->irecv(pa->recvComm, 1, &data, &size, &tag, NULL, NULL, &pa->request);
+      if (r != ncclxSuccess) {
+        res = commFail(comm, r, "cannot receive a connection's hello");
+        break;
+      }
       if (!pa->request) {
         link = &pa->next;
         continue;
@@ -150,35 +285,71 @@ static ncclxResult_t stepAccept(struct ncclxComm* comm, int* progress) {
     }
     int done = 0;
     size_t got = 0;
-    ncclxResult_t res = net->test(pa->request, &done, &got);
-    if (res == ncclxSuccess && !done) {
+    ncclxResult_t r = net->test(pa->request, &done, &got);
+    if (r == ncclxSuccess && !done) {
       link = &pa->next;
       continue;
     }
     *link = pa->next;
     *progress = 1;
     const struct hello* h = &pa->hello;
-    int valid = res == ncclxSuccess && got == sizeof(*h) && h->magic == HELLO_MAGIC &&
-                h->commHash == comm->commHash && h->rank >= 0 && h->rank < comm->nranks &&
-                comm->conns[h->rank].recvComm == NULL &&
-                comm->tp[transportFor(comm, h->rank)].net == net;
-    if (!valid) {
+    int ok = r == ncclxSuccess && got == sizeof(*h) && h->magic == HELLO_MAGIC;
+    if (ok && h->commHash == comm->commHash) {
+      fileAccept(comm, pa);
+    } else if (ok && isSharer(L, h->commHash)) {
+      pa->next = L->parked; /* another communicator's: it takes it on its next step */
+      L->parked = pa;
+    } else {
       comm->acceptsRefused++;
       WARN("refused a %s connection: %s (hello of %zu bytes, rank %d)", net->name,
-           res != ncclxSuccess ? "it failed before saying hello" : "its hello is not from a peer of this communicator",
-           got, res == ncclxSuccess ? h->rank : -1);
+           r != ncclxSuccess ? "it failed before saying hello" : "its hello is not from a peer of this communicator",
+           got, r == ncclxSuccess ? h->rank : -1);
       net->closeRecv(pa->recvComm);
-    } else {
-      struct ncclxPeerConn* c = &comm->conns[h->rank];
-      c->net = net;
-      c->recvComm = pa->recvComm;
-      c->recvFd = -1;
-      if (net->getPollFd) net->getPollFd(c->recvComm, &c->recvFd);
-      TRACE(NCCLX_LOG_NET, "accepted %s connection from rank %d", net->name, h->rank);
+      free(pa);
     }
-    free(pa);
   }
-  return ncclxSuccess;
+  for (struct pendingAccept** link = &L->parked; *link;) {
+    struct pendingAccept* pa = *link;
+    if (pa->hello.commHash != comm->commHash) {
+      link = &pa->next;
+      continue;
+    }
+    *link = pa->next;
+    *progress = 1;
+    fileAccept(comm, pa);
+  }
+  pthread_mutex_unlock(&L->lock);
+  return res;
+}
+
+/* Nothing moved for a while: sleep until a transport listener or the bootstrap has news, at
+ * most ms. A rank that finished init early and waits for peers still initializing must not
+ * take the CPU they need (128 ranks on 2 cores: waking every 200 us cost more CPU than the
+ * whole init of the late ones). Shared memory's listener has no descriptor: the bound on
+ * the sleep covers it. */
+#define IDLE_POLL_FDS 16
+
+static void idleSleep(struct ncclxComm* comm, int ms) {
+  struct pollfd fds[IDLE_POLL_FDS + NCCLX_NUM_TP + 1];
+  int n = 0;
+  struct peersListener* L = comm->listener;
+  pthread_mutex_lock(&L->lock); /* getPollFd may set up the descriptor: one caller at a time */
+  for (int t = 0; t < NCCLX_NUM_TP; t++) {
+    int fd = -1;
+    if (L->listenComm[t] && L->net[t]->getPollFd && L->net[t]->getPollFd(L->listenComm[t], &fd) == ncclxSuccess &&
+        fd >= 0)
+      fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+  }
+  /* Accepted connections whose hello is still on its way. */
+  for (struct pendingAccept* pa = L->unmatched; pa && n < IDLE_POLL_FDS + NCCLX_NUM_TP; pa = pa->next) {
+    int fd = -1;
+    if (pa->net->getPollFd && pa->net->getPollFd(pa->recvComm, &fd) == ncclxSuccess && fd >= 0)
+      fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+  }
+  pthread_mutex_unlock(&L->lock);
+  int bfd = bootstrapPollFd(comm->bootstrap);
+  if (bfd >= 0) fds[n++] = (struct pollfd){.fd = bfd, .events = POLLIN};
+  (void)poll(fds, (nfds_t)n, ms);
 }
 
 ncclxResult_t peersEnsure(struct ncclxComm* comm, const int* sendPeers, int nsend,
@@ -227,7 +398,12 @@ ncclxResult_t peersEnsure(struct ncclxComm* comm, const int* sendPeers, int nsen
       sched_yield();
       continue;
     }
-    usleep(idle < 1024 ? 20 : 200);
+    /* Sleeps of 1, 2, 4, then 8 ms: a peer still in its init may take a while, and dozens of
+     * waiting ranks polling every millisecond would take the CPU it needs. Socket traffic
+     * wakes us at once; the bound is the latency of a shared-memory connect (no descriptor),
+     * paid once per peer. */
+    unsigned sleeps = idle - 128;
+    idleSleep(comm, sleeps < 4 ? 1 : sleeps < 8 ? 2 : sleeps < 16 ? 4 : 8);
     char notice[1024];
     if (atomic_load(&comm->abortFlag)) {
       res = commCheckHealthy(comm);
@@ -277,17 +453,32 @@ void peersClose(struct ncclxComm* comm) {
     if (c->recvComm) c->net->closeRecv(c->recvComm);
     c->sendComm = c->recvComm = NULL;
   }
-  for (struct pendingAccept* pa = comm->unmatchedAccepts; pa;) {
-    struct pendingAccept* next = pa->next;
-    pa->net->closeRecv(pa->recvComm);
-    free(pa);
-    pa = next;
-  }
-  comm->unmatchedAccepts = NULL;
-  for (int t = 0; t < NCCLX_NUM_TP; t++) {
-    struct ncclxTransport* tp = &comm->tp[t];
-    if (tp->net && tp->listenComm) tp->net->closeListen(tp->listenComm);
-    tp->listenComm = NULL;
+  struct peersListener* L = comm->listener;
+  comm->listener = NULL;
+  for (int t = 0; t < NCCLX_NUM_TP; t++) comm->tp[t].listenComm = NULL;
+  if (L) {
+    /* Stop being a sharer: connections parked for this comm are closed, later ones refused. */
+    pthread_mutex_lock(&L->lock);
+    for (int i = 0; i < L->nHashes; i++)
+      if (L->hashes[i] == comm->commHash) {
+        L->hashes[i] = L->hashes[--L->nHashes];
+        break;
+      }
+    struct pendingAccept *mine = NULL, **link = &L->parked;
+    while (*link) {
+      struct pendingAccept* pa = *link;
+      if (pa->hello.commHash == comm->commHash) {
+        *link = pa->next;
+        pa->next = mine;
+        mine = pa;
+      } else {
+        link = &pa->next;
+      }
+    }
+    int last = --L->refs == 0;
+    pthread_mutex_unlock(&L->lock);
+    closeAccepts(mine);
+    if (last) listenerFree(L);
   }
   pthread_mutex_unlock(&comm->connLock);
 }

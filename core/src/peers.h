@@ -4,8 +4,16 @@
 
 #include "comm.h"
 
-/* Listen on the comm's net device and fill comm->peerInfo[rank].netHandle. */
+/* Listen on the comm's transports and fill this rank's handles in comm->peerInfo. comm->commHash
+ * must be set: incoming connections are filed by the hash their hello names. */
 ncclxResult_t peersListen(struct ncclxComm* comm);
+/* A split child: share the parent's listeners (same handles, no new listening sockets or shm
+ * listeners) when both use the same transports, else listen anew. The listeners live until
+ * the last communicator sharing them is closed, so the parent may be destroyed first. */
+ncclxResult_t peersListenShared(struct ncclxComm* child, struct ncclxComm* parent);
+/* Process-wide: listener sets opened so far, and still open (tests of the sharing). */
+int peersListenersOpened(void);
+int peersListenersLive(void);
 /* Make sure send connections to sendPeers and receive connections from recvPeers exist.
  * Progresses connects and accepts together (none blocks), so two ranks that connect to
  * each other at the same time cannot deadlock. Bounded by comm->timeoutSec and abortFlag. */
