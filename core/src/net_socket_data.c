@@ -3,6 +3,74 @@
 #include "net_socket_internal.h"
 
 /* ------------------------------------------------------------------------------------------
+ * NET profiler events (built into the core only: the standalone build has no profiler)
+ * ------------------------------------------------------------------------------------------ */
+
+#ifndef NCCLX_NET_SOCKET_STANDALONE
+#define PROF_NET_ONLY /* this file has its own commFail */
+#include "prof.h"
+
+#define SOCK_PROF_ID ((int64_t)0x534f434b) /* "SOCK": the plugin id of these NET events */
+#define SOCK_PROF_SLOTS 1024               /* open events, process-wide */
+#define SOCK_PROF_PROBES 8
+
+/* A request slot has no room for an event handle (its layout is shared with the standalone
+ * build), so open events live in a small table keyed by request address; nothing touches it
+ * while NET events are off. A full neighbourhood ends the new event at once. */
+typedef struct {
+  const sockReq* req;
+  void* event;
+} sockProfOpen;
+static sockProfOpen profOpen[SOCK_PROF_SLOTS];
+static pthread_mutex_t profLock = PTHREAD_MUTEX_INITIALIZER;
+static int profOpenCount; /* test() and close() skip the table while it is 0 */
+
+static unsigned profSlot(const sockReq* r) {
+  return (unsigned)((((uintptr_t)r >> 4) * 0x9e3779b97f4a7c15ull) >> 54) % SOCK_PROF_SLOTS;
+}
+
+/* NET START for an accepted request, under phandle (the core's STEP event, or NULL for the
+ * running operation). One load and a branch while NET events are off. */
+static void profReqStart(const sockReq* r, void* phandle) {
+  if (__builtin_expect(!(__atomic_load_n(&ncclxProfilerMask, __ATOMIC_RELAXED) & NCCLX_PROFILE_NET), 1)) return;
+  void* ev = NULL;
+  profNetEvent(&ev, NCCLX_PROFILER_NET_START, phandle, SOCK_PROF_ID, NULL);
+  if (!ev) return;
+  int stored = 0;
+  unsigned h = profSlot(r);
+  pthread_mutex_lock(&profLock);
+  for (int i = 0; i < SOCK_PROF_PROBES && !stored; i++) {
+    sockProfOpen* o = &profOpen[(h + (unsigned)i) % SOCK_PROF_SLOTS];
+    if (o->req) continue;
+    o->req = r, o->event = ev, stored = 1;
+    __atomic_add_fetch(&profOpenCount, 1, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&profLock);
+  if (!stored) profNetEvent(&ev, NCCLX_PROFILER_NET_STOP, NULL, SOCK_PROF_ID, NULL);
+}
+
+/* NET STOP for a request that completed, failed or was dropped, if it has an event. */
+static void profReqStop(const sockReq* r) {
+  if (__builtin_expect(__atomic_load_n(&profOpenCount, __ATOMIC_RELAXED) == 0, 1)) return;
+  void* ev = NULL;
+  unsigned h = profSlot(r);
+  pthread_mutex_lock(&profLock);
+  for (int i = 0; i < SOCK_PROF_PROBES && !ev; i++) {
+    sockProfOpen* o = &profOpen[(h + (unsigned)i) % SOCK_PROF_SLOTS];
+    if (o->req != r) continue;
+    ev = o->event;
+    o->req = NULL, o->event = NULL;
+    __atomic_sub_fetch(&profOpenCount, 1, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&profLock);
+  if (ev) profNetEvent(&ev, NCCLX_PROFILER_NET_STOP, NULL, SOCK_PROF_ID, NULL);
+}
+#else
+static void profReqStart(const sockReq* r, void* phandle) { (void)r, (void)phandle; }
+static void profReqStop(const sockReq* r) { (void)r; }
+#endif
+
+/* ------------------------------------------------------------------------------------------
  * Comm life cycle
  * ------------------------------------------------------------------------------------------ */
 
@@ -20,6 +88,7 @@ sockComm* sockCommCreate(sockCtx* ctx, uint32_t kind, int nsocks, const int* fds
 }
 
 static void commDestroy(sockComm* c) {
+  for (int i = 0; i < SOCK_QUEUE; i++) profReqStop(&c->reqs[i]); /* requests never tested to the end */
   for (int i = 0; i < c->nsocks; i++) {
     if (c->fds[i] >= 0) close(c->fds[i]);
     free(c->stage[i]);
@@ -307,7 +376,6 @@ static sockReq* reqPost(sockComm* c, void* data, size_t size) {
 ncclxResult_t sockIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                                void* phandle, void** request) {
   (void)mhandle;
-  (void)phandle;
   sockComm* c = sendComm;
   if (!request || sockCommKind(c) != SOCK_KIND_SEND) return ncclxInternalError;
   *request = NULL;
@@ -324,6 +392,7 @@ ncclxResult_t sockIsend(void* sendComm, void* data, size_t size, int tag, void* 
   r->hdr.tag = htole32((uint32_t)tag);
   r->hdr.check = htole32(SOCK_HDR_CHECK ^ (uint32_t)r->seq);
   r->socksLeft = socksWithParts(c, r);
+  profReqStart(r, phandle);
   commProgress(c); /* start writing now: lower latency, and the error shows up in test() */
   *request = r;
   return ncclxSuccess;
@@ -333,7 +402,6 @@ ncclxResult_t sockIrecv(void* recvComm, int n, void** data, size_t* sizes, int* 
                                void** mhandles, void** phandles, void** request) {
   (void)tags; /* one buffer per receive: the tag has nothing to select */
   (void)mhandles;
-  (void)phandles;
   sockComm* c = recvComm;
   if (!request || sockCommKind(c) != SOCK_KIND_RECV) return ncclxInternalError;
   *request = NULL;
@@ -348,6 +416,7 @@ ncclxResult_t sockIrecv(void* recvComm, int n, void** data, size_t* sizes, int* 
   if (c->err != ncclxSuccess) return c->err;
   if (c->next - c->first >= SOCK_QUEUE) return ncclxSuccess;
   sockReq* r = reqPost(c, data[0], sizes[0]);
+  profReqStart(r, phandles ? phandles[0] : NULL);
   commProgress(c); /* the data may be waiting already */
   *request = r;
   return ncclxSuccess;
@@ -376,11 +445,13 @@ ncclxResult_t sockTest(void* request, int* done, size_t* sizes) {
   if (r->state == SOCK_REQ_COMPLETE && earlierDone(c, r)) {
     *done = 1;
     if (sizes) sizes[0] = r->msgSize;
+    profReqStop(r);
     reqRelease(c, r);
     return ncclxSuccess;
   }
   if (c->err != ncclxSuccess) {
     ncclxResult_t err = c->err;
+    profReqStop(r);
     reqRelease(c, r);
     return err;
   }

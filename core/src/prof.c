@@ -60,44 +60,58 @@ static void* profStart(struct ncclxComm* comm, const ncclxProfilerEventDescr_v1_
   return handle;
 }
 
+/* Names by enum value, fetched once per process (the lookups are exported functions, a call
+ * each): the descriptor is built for every collective, a few nanoseconds count. Racing fills
+ * store the same pointer. */
+#define PROF_MEMO 16
+static const char* collNames[PROF_MEMO], *typeNames[PROF_MEMO], *opNames[PROF_MEMO];
+static const char* algoNames[PROF_MEMO], *protoNames[PROF_MEMO];
+
+static inline const char* memoName(const char** table, int v, const char* (*lookup)(int)) {
+  if ((unsigned)v >= PROF_MEMO) return lookup(v);
+  const char* n = __atomic_load_n(&table[v], __ATOMIC_RELAXED);
+  if (__builtin_expect(n == NULL, 0)) __atomic_store_n(&table[v], n = lookup(v), __ATOMIC_RELAXED);
+  return n;
+}
+static const char* typeName(int v) { return ncclxTypeName((ncclxDataType_t)v); }
+static const char* opName(int v) { return ncclxOpName((ncclxRedOp_t)v); }
+
 void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* a, uint64_t seq, void* stream) {
+  /* Field by field, not `= {...}`: zeroing the whole descriptor first compiles to a
+   * `rep stos` that costs more than everything else here. Every field is set. */
   ncclxProfilerEventDescr_v1_t d;
-  memset(&d, 0, sizeof(d));
   d.type = NCCLX_PROFILE_COLL;
+  d.parent = NULL;
   d.rank = comm->rank;
   d.coll.seq = seq;
-  d.coll.func = ncclxCollName(a->coll);
+  d.coll.func = memoName(collNames, (int)a->coll, ncclxCollName);
   d.coll.sendbuff = a->sendbuff;
   d.coll.recvbuff = a->recvbuff;
   d.coll.count = a->count;
   d.coll.bytes = tuneCallBytes(comm, a);
   d.coll.root = a->root;
-  d.coll.datatype = ncclxTypeName(a->datatype);
-  d.coll.op = ncclxOpName(a->op);
-  d.coll.algo = ncclxAlgoName(a->algo);
-  d.coll.proto = ncclxProtoName(a->proto);
+  d.coll.datatype = memoName(typeNames, (int)a->datatype, typeName);
+  d.coll.op = memoName(opNames, (int)a->op, opName);
+  d.coll.algo = memoName(algoNames, a->algo, ncclxAlgoName);
+  d.coll.proto = memoName(protoNames, a->proto, ncclxProtoName);
   d.coll.stream = stream;
   return profStart(comm, &d);
 }
 
 void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
                    ncclxDataType_t type, int peer, uint64_t seq) {
-  ncclxProfilerEventDescr_v1_t d;
-  memset(&d, 0, sizeof(d));
+  ncclxProfilerEventDescr_v1_t d; /* every field set, as in profCollStart */
   d.type = NCCLX_PROFILE_P2P;
+  d.parent = NULL;
   d.rank = comm->rank;
   d.p2p.seq = seq;
   d.p2p.func = isSend ? "Send" : "Recv";
   d.p2p.buff = buff;
   d.p2p.count = count;
   d.p2p.bytes = count * ncclxTypeSize(type);
-  d.p2p.datatype = ncclxTypeName(type);
+  d.p2p.datatype = memoName(typeNames, (int)type, typeName);
   d.p2p.peer = peer;
   return profStart(comm, &d);
-}
-
-void profStop(struct ncclxComm* comm, void* handle) {
-  if (handle && comm->profiler) comm->profiler->stopEvent(handle);
 }
 
 void profFailed(struct ncclxComm* comm, void* handle, ncclxResult_t res, const char* message) {
@@ -110,6 +124,8 @@ ncclxResult_t profNetEvent(void** eHandle, int type, void* parentHandle, int64_t
   if (eHandle == NULL) return ncclxInvalidArgument;
   if (type == NCCLX_PROFILER_NET_START) {
     *eHandle = NULL;
+    /* The mask first: a plain load, where the thread-local is a call in a shared library. */
+    if (!(__atomic_load_n(&ncclxProfilerMask, __ATOMIC_RELAXED) & NCCLX_PROFILE_NET)) return ncclxSuccess;
     struct ncclxComm* comm = profNetComm;
     if (comm == NULL || !profEnabled(comm, NCCLX_PROFILE_NET)) return ncclxSuccess;
     ncclxProfilerEventDescr_v1_t d;

@@ -1,12 +1,24 @@
-/* Profiler event sites. With no plugin each site is one predictable branch. */
+/* Profiler event sites. With no plugin each site is one predictable branch.
+ * A transport that only reports NET events defines PROF_NET_ONLY before including this (it
+ * gets the mask and profNetEvent without the communicator types). */
 #ifndef NCCLX_PROF_H
 #define NCCLX_PROF_H
 
-#include "coll.h"
 #include "ncclx/profiler.h"
 
 /* Shared by all communicators; the plugin may store to it at any time (read atomically). */
 extern int ncclxProfilerMask;
+
+/* Network plugin events (env->profiler of every plugin, and the built-in socket network). A
+ * START is routed to the profiler of the communicator whose operation the calling thread is
+ * running (set by profNetScope), as a NET event under parentHandle (the STEP handle the core
+ * passed as phandle) or, when that is NULL, under the running operation. STOP and UPDATE
+ * may come from any thread. Events from a thread running no operation, or with NET off in
+ * the mask, are dropped (*eHandle = NULL). */
+ncclxResult_t profNetEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData);
+
+#ifndef PROF_NET_ONLY
+#include "coll.h"
 
 void profCommInit(struct ncclxComm* comm);
 void profCommFinalize(struct ncclxComm* comm);
@@ -19,14 +31,10 @@ static inline int profEnabled(const struct ncclxComm* comm, int type) {
 void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* args, uint64_t seq, void* stream);
 void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
                    ncclxDataType_t type, int peer, uint64_t seq);
-void profStop(struct ncclxComm* comm, void* handle);
+static inline void profStop(struct ncclxComm* comm, void* handle) {
+  if (handle && comm->profiler) comm->profiler->stopEvent(handle);
+}
 
-/* Network plugin events (env->profiler of every plugin). A net plugin's START is routed to
- * the profiler of the communicator whose operation the calling thread is running (set by
- * profNetScope), as a NET event under parentHandle (the STEP handle the core passed as
- * phandle) or, when that is NULL, under the running operation. STOP and UPDATE may come
- * from any thread. Events from a thread running no operation are dropped (*eHandle = NULL). */
-ncclxResult_t profNetEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData);
 extern _Thread_local struct ncclxComm* profNetComm;
 /* Around an operation's transfers: returns the previous scope, to restore afterwards. */
 static inline struct ncclxComm* profNetScope(struct ncclxComm* comm) {
@@ -35,4 +43,5 @@ static inline struct ncclxComm* profNetScope(struct ncclxComm* comm) {
   return prev;
 }
 void profFailed(struct ncclxComm* comm, void* handle, ncclxResult_t res, const char* message);
+#endif
 #endif

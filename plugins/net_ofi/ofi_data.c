@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ofi_internal.h"
+#include "ncclx/profiler.h"
 
 static void destroyComm(ofiObj* obj) { free(obj); }
 
@@ -83,9 +84,27 @@ static void deferredRemove(ofiDevice* d, ofiReq* r) {
   r->deferred = 0;
 }
 
+/* NET profiler events: one per request, from its post to its completion (the core's
+ * callback drops them, at the cost of a call, while NET events are off). */
+#define OFI_PROF_ID ((int64_t)0x4f4649) /* "OFI": the plugin id of these NET events */
+
+static void profStart(ofiReq* r, void* phandle) {
+  ncclxProfilerCallback_t prof = r->comm->obj.dev->ctx->profiler;
+  r->profEvent = NULL;
+  if (prof && prof(&r->profEvent, NCCLX_PROFILER_NET_START, phandle, OFI_PROF_ID, NULL) != ncclxSuccess)
+    r->profEvent = NULL;
+}
+
+static void profStop(ofiReq* r) {
+  if (!r->profEvent) return;
+  r->comm->obj.dev->ctx->profiler(&r->profEvent, NCCLX_PROFILER_NET_STOP, NULL, OFI_PROF_ID, NULL);
+  r->profEvent = NULL;
+}
+
 /* The request leaves POSTED for good (done, failed or given up by its caller). */
 static void reqSettle(ofiReq* r, int state) {
   ofiComm* c = r->comm;
+  profStop(r);
   if (r->state == OFI_REQ_POSTED) c->inflight--;
   if (r->deferred) deferredRemove(c->obj.dev, r);
   r->state = state;
@@ -266,7 +285,8 @@ static ofiReq* reqAlloc(ofiComm* c) {
 }
 
 /* *request stays NULL when the provider or the request table is full (the core retries). */
-static ncclxResult_t reqPost(ofiComm* c, void* data, size_t size, void* mhandle, void** request) {
+static ncclxResult_t reqPost(ofiComm* c, void* data, size_t size, void* mhandle, void* phandle,
+                             void** request) {
   ofiDevice* d = c->obj.dev;
   int send = c->obj.kind == OFI_OBJ_SEND;
   if (c->err != ncclxSuccess) return c->err;
@@ -300,6 +320,7 @@ static ncclxResult_t reqPost(ofiComm* c, void* data, size_t size, void* mhandle,
                     send ? "send" : "receive", size, fi_strerror((int)-ret));
   r->magic = OFI_REQ_MAGIC;
   r->state = OFI_REQ_POSTED;
+  profStart(r, phandle);
   c->seq++;
   if (c->inflight++ == 0) c->lastActivityNs = ofiNowNs();
   if (d->clearToSend && !send) postOrDefer(r, OFI_POST_CTS); /* the receive is posted: announce */
@@ -311,7 +332,6 @@ static ncclxResult_t reqPost(ofiComm* c, void* data, size_t size, void* mhandle,
 ncclxResult_t ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                        void* phandle, void** request) {
   (void)tag; /* one buffer per receive: the tag has nothing to select */
-  (void)phandle;
   ofiComm* c = sendComm;
   if (!request || !isComm(c, OFI_OBJ_SEND)) return ncclxInternalError;
   *request = NULL;
@@ -322,7 +342,7 @@ ncclxResult_t ofiIsend(void* sendComm, void* data, size_t size, int tag, void* m
     return ncclxInternalError;
   }
   pthread_mutex_lock(&d->lock);
-  ncclxResult_t res = reqPost(c, data, size, mhandle, request);
+  ncclxResult_t res = reqPost(c, data, size, mhandle, phandle, request);
   pthread_mutex_unlock(&d->lock);
   return res;
 }
@@ -330,7 +350,6 @@ ncclxResult_t ofiIsend(void* sendComm, void* data, size_t size, int tag, void* m
 ncclxResult_t ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
                        void** mhandles, void** phandles, void** request) {
   (void)tags;
-  (void)phandles;
   ofiComm* c = recvComm;
   if (!request || !isComm(c, OFI_OBJ_RECV)) return ncclxInternalError;
   *request = NULL;
@@ -345,7 +364,8 @@ ncclxResult_t ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* t
     return ncclxInternalError;
   }
   pthread_mutex_lock(&d->lock);
-  ncclxResult_t res = reqPost(c, data[0], sizes[0], mhandles ? mhandles[0] : NULL, request);
+  ncclxResult_t res = reqPost(c, data[0], sizes[0], mhandles ? mhandles[0] : NULL, phandles ? phandles[0] : NULL,
+                              request);
   pthread_mutex_unlock(&d->lock);
   return res;
 }
@@ -391,6 +411,7 @@ ncclxResult_t ofiTest(void* request, int* done, size_t* sizes) {
 
 void ofiCommClose(ofiComm* c) {
   ofiDevice* d = c->obj.dev;
+  for (int i = 0; i < NCCLX_NET_MAX_REQUESTS; i++) profStop(&c->reqs[i]); /* never settled */
   for (int i = 0; i < NCCLX_NET_MAX_REQUESTS; i++)
     if (c->reqs[i].deferred) deferredRemove(d, &c->reqs[i]);
   if (c->obj.liveOps > 0) {

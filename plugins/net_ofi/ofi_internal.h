@@ -225,6 +225,7 @@ struct ofiCtx {
   int mrForce;     /* register even when the provider does not ask for it */
   int clearToSend; /* -1 auto (on for providers known to need it), 0 off, 1 on */
   int pollFd;      /* open completion queues with a wait fd */
+  ncclxProfilerCallback_t profiler; /* env->profiler: NET events per request (NULL: none) */
 };
 
 /* Data request: one isend or irecv. */
@@ -248,6 +249,7 @@ typedef struct ofiReq {
   ncclxResult_t err;
   uint64_t cts; /* clear-to-send payload: the receive's capacity */
   struct ofiReq* nextDeferred;
+  void* profEvent; /* NET profiler event from post to completion, or NULL */
 } ofiReq;
 enum { OFI_POST_MSG = 1, OFI_POST_CTS = 2 };
 

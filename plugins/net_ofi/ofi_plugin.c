@@ -204,6 +204,7 @@ static ncclxResult_t ofiInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   ofiCtx* ctx = calloc(1, sizeof(*ctx));
   if (!ctx) return ncclxSystemError;
   ctx->log = env->log;
+  ctx->profiler = env->profiler;
   const char* domain = NULL;
   ncclxResult_t res = readConfig(env, ctx, &domain);
   if (res != ncclxSuccess) {

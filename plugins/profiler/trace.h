@@ -3,10 +3,13 @@
  *
  * Threads: a communicator's events arrive from one thread at a time (the core serializes
  * operations per communicator), while the watchdog thread and ncclxCommDump read its state
- * concurrently; everything a reader may see lives under TraceComm.lock. The hot path
- * (start/stop/state) never allocates after warm-up and never does I/O unless the record
- * ring is full: finished events go into a preallocated ring that the background thread
- * writes out every flush_ms. Lock order: the global list, then fileLock, then lock. */
+ * concurrently; everything a reader may see lives under TraceComm.lock (a spinlock: taking
+ * and releasing it uncontended costs ~2 ns, a tenth of the two counter reads an operation
+ * needs). The hot path (start/stop/state) reads the time as a raw counter stamp, copies a
+ * few fields into preallocated memory and never allocates, formats or does I/O unless the
+ * record ring is full: finished events go into a preallocated ring that the background
+ * thread turns into spool records and metrics every flush_ms. Lock order: the global list,
+ * then fileLock, then lock. */
 #ifndef NCCLX_PROFILER_TRACE_H
 #define NCCLX_PROFILER_TRACE_H
 
@@ -86,7 +89,7 @@ static inline const char* traceNameText(const TraceNames* t, uint8_t id) { retur
  * file's record format (64 bytes, little-endian; tools/ncclx-analyze decodes it). */
 typedef struct {
   uint64_t seq;
-  uint64_t startNs, endNs; /* CLOCK_MONOTONIC */
+  uint64_t startNs, endNs; /* CLOCK_MONOTONIC in the spool; raw stamps (trace_clock.h) in memory */
   uint64_t bytes, count;
   int type;  /* NCCLX_PROFILE_* */
   int peer;  /* P2P and STEP; -1 otherwise */
@@ -166,30 +169,46 @@ typedef struct TraceComm {
   int64_t realOffsetNs; /* CLOCK_REALTIME - CLOCK_MONOTONIC at init */
   TraceNames names;     /* appended under `lock`; entries never change once written */
 
+  /* Lockless writing, for communicators that record operations only (events = coll, p2p):
+   * then every event comes from the thread running the communicator's operation, which the
+   * core serializes, so writers skip `lock` and mark their changes in `wseq` (odd while
+   * writing); readers still take `lock` against each other and retry a snapshot that
+   * overlapped a change. With step, net or group events on, writers take `lock`. */
+  int lockless;
+  int accept; /* event types recorded: the configured ones and the operations (their parents) */
+  uint64_t wseq;
+  int readerWaiting; /* a reader asks lockless writers to hold off (bounded) */
+
   int lock; /* traceLock: everything below, down to `fileLock` */
   TraceEvent* pool;
   TraceEvent* freeList;
   uint64_t droppedEvents;
-  /* Finished records for the spool: one producer (the thread holding `lock`), one consumer
-   * (the thread holding `fileLock`); head and tail are published with release/acquire, so
-   * the consumer copies records out without taking `lock`. */
+  /* Finished records for the spool and the metrics (allocated when either is on): one
+   * producer (the thread holding `lock`), one consumer (the thread holding `fileLock`); head
+   * and tail are published with release/acquire, so the consumer copies records out without
+   * taking `lock`. */
   TraceRecord* ring;
-  uint64_t ringHead, ringTail; /* produced, consumed; ring index = n % bufferEvents */
+  uint64_t ringHead, ringTail; /* produced, consumed; ring index = n & ringMask */
+  uint64_t ringMask;           /* capacity - 1: buffer_events rounded up to a power of two */
   uint64_t droppedRecords;
   int opsInFlight;
   uint64_t epoch; /* bumps when an operation starts with nothing else in flight */
-  TraceRecord epochOp; /* the operation that started the epoch (its per-peer counters) */
+  /* The operation that started the epoch (its per-peer counters): a few fields, not a copy
+   * of the record (a copy would reread stores still in flight and stall the hot path). */
+  int epochType;
+  uint8_t epochFunc;
+  uint64_t epochSeq;
   TracePeer* peers;
-  uint64_t lastProgressNs;
+  uint64_t lastProgress; /* stamp (trace_clock.h) */
   uint64_t collStarted, collDone, p2pStarted, p2pDone; /* seq numbers */
+  uint64_t nrecent; /* here, not after recent[]: on a cache line the hot path touches anyway */
   uint64_t collFailed, p2pFailed;                      /* seq of the last failure */
   char lastError[512];
   TraceRecord recent[TRACE_RECENT]; /* completed top-level ops, oldest overwritten */
-  uint64_t nrecent;
   uint64_t watchdogKey; /* epoch already reported stuck (one dump per stuck op) */
-  TraceMetrics metrics;
 
-  pthread_mutex_t fileLock; /* the spool file, the ring's consumer side, outBuf */
+  pthread_mutex_t fileLock; /* the spool file, the ring's consumer side, outBuf, metrics */
+  TraceMetrics metrics;     /* fed from the ring by traceDrain */
   int spoolFd;
   int traceBroken;       /* a write failed: the trace is off for this communicator */
   uint64_t namesSpooled; /* bit per name id already defined in the spool (TRACE_NAMES <= 64) */
@@ -211,6 +230,38 @@ static inline void traceLock(TraceComm* c) {
 }
 static inline void traceUnlock(TraceComm* c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
 
+/* Writers (the hot path): the lock, or for a lockless communicator the sequence counter. */
+void traceWriterPause(TraceComm* c);
+static inline void traceWriteBegin(TraceComm* c) {
+  if (!c->lockless) {
+    traceLock(c);
+    return;
+  }
+  if (__builtin_expect(__atomic_load_n(&c->readerWaiting, __ATOMIC_RELAXED), 0)) traceWriterPause(c);
+  __atomic_store_n(&c->wseq, __atomic_load_n(&c->wseq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE); /* the odd count is visible before any change */
+}
+static inline void traceWriteEnd(TraceComm* c) {
+  if (!c->lockless) {
+    traceUnlock(c);
+    return;
+  }
+  __atomic_store_n(&c->wseq, __atomic_load_n(&c->wseq, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+}
+
+/* Readers (dumps, the watchdog):
+ *
+ *   uint64_t seq = traceReadBegin(c);
+ *   for (int attempt = 0;; attempt++) { read...; if (!traceReadRetry(c, &seq, attempt)) break; }
+ *   traceReadEnd(c);
+ *
+ * Begin takes `lock` and, for a lockless communicator, asks its writer to pause and waits
+ * (bounded) until it is between events. Retry says whether the snapshot overlapped a write;
+ * after a few tries it keeps the last one. */
+uint64_t traceReadBegin(TraceComm* c);
+int traceReadRetry(TraceComm* c, uint64_t* seq, int attempt);
+void traceReadEnd(TraceComm* c);
+
 /* "profiler trace: ..." through the core's logger. */
 void traceLog(const ncclxPluginEnv_t* env, ncclxLogLevel_t level, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -226,7 +277,8 @@ int traceMakeDir(const char* dir, char* why, size_t whySize);
  * leaves its spool, which tools/ncclx-analyze reads and `merge` converts. */
 /* Creates the spool and writes its header; -1 with a logged reason on failure. */
 int traceFileOpen(TraceComm* c);
-/* Appends every buffered record to the spool (the background thread, a full ring, dumps). */
+/* Consumes every buffered record: adds finished operations to the metrics and appends the
+ * records to the spool (the background thread, a full ring, dumps, finalize). */
 void traceDrain(TraceComm* c);
 /* Closes the spool and converts it to the JSON trace. */
 void traceFileClose(TraceComm* c);
@@ -248,7 +300,7 @@ int traceGlobalAdd(TraceComm* c);
 void traceGlobalRemove(TraceComm* c);
 /* Asks the writer thread to drain soon (the ring is half full). Async-signal-safe. */
 void traceGlobalWake(void);
-/* Watchdog check of one communicator; runs on the watchdog thread. */
-void traceWatchdogCheck(TraceComm* c, uint64_t nowNs);
+/* Watchdog check of one communicator; runs on the watchdog thread (`now` is a stamp). */
+void traceWatchdogCheck(TraceComm* c, uint64_t now);
 
 #endif

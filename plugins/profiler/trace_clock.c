@@ -13,9 +13,14 @@
 #define STEER_NS 100000000.0       /* an offset is worked off over the next 100 ms */
 #define MAX_STEER 1e-3             /* ... changing the rate by at most 0.1% */
 #define JUMP_NS 1000000            /* beyond 1 ms off (suspend, a bad first estimate): re-anchor */
-#define REFRESH_NS 1000000000ull   /* the hot path refines when the anchor is 1 s old */
+#define REFRESH_NS 1000000000ull   /* a conversion refines when the anchor is 1 s old */
+#define SNAP_TRIES 1000            /* an update holds the sequence odd for a few stores */
 
 TraceClock traceClock;
+int traceStampIsTicks;
+/* Every published calibration, the last TRACE_CLOCK_SEGMENTS of them (under traceClock.seq). */
+static TraceClockSeg history[TRACE_CLOCK_SEGMENTS];
+static uint64_t nhistory;
 
 static pthread_mutex_t refineLock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t initOnce = PTHREAD_ONCE_INIT;
@@ -60,6 +65,11 @@ static void publish(uint64_t tick0, uint64_t ns0, double mult) {
   __atomic_store_n(&traceClock.ns0, ns0, __ATOMIC_RELAXED);
   __atomic_store_n(&traceClock.mult, (uint64_t)mult, __ATOMIC_RELAXED);
   __atomic_store_n(&traceClock.refresh, (uint64_t)((double)REFRESH_NS * 4294967296.0 / mult), __ATOMIC_RELAXED);
+  TraceClockSeg* g = &history[nhistory % TRACE_CLOCK_SEGMENTS];
+  __atomic_store_n(&g->tick0, tick0, __ATOMIC_RELAXED);
+  __atomic_store_n(&g->ns0, ns0, __ATOMIC_RELAXED);
+  __atomic_store_n(&g->mult, (uint64_t)mult, __ATOMIC_RELAXED);
+  __atomic_store_n(&nhistory, nhistory + 1, __ATOMIC_RELAXED);
   __atomic_store_n(&traceClock.seq, s + 2, __ATOMIC_RELEASE);
 }
 
@@ -75,6 +85,7 @@ static void calibrate(void) {
   pthread_mutex_lock(&refineLock);
   publish(t2, n2, rate);
   pthread_mutex_unlock(&refineLock);
+  __atomic_store_n(&traceStampIsTicks, 1, __ATOMIC_RELEASE);
 }
 
 void traceClockInit(void) { pthread_once(&initOnce, calibrate); }
@@ -102,4 +113,44 @@ void traceClockRefine(void) {
     publish(t, n0 + (uint64_t)(((unsigned __int128)(t - t0) * m) >> 32), (double)m);
   }
   pthread_mutex_unlock(&refineLock);
+}
+
+void traceClockSnap(TraceClockSnap* s) {
+  s->ticks = __atomic_load_n(&traceStampIsTicks, __ATOMIC_ACQUIRE);
+  s->n = 0;
+  if (!s->ticks) return;
+  for (int i = 0;; i++) {
+    uint64_t q = __atomic_load_n(&traceClock.seq, __ATOMIC_ACQUIRE);
+    uint64_t tick0 = __atomic_load_n(&traceClock.tick0, __ATOMIC_RELAXED);
+    uint64_t refresh = __atomic_load_n(&traceClock.refresh, __ATOMIC_RELAXED);
+    uint64_t total = __atomic_load_n(&nhistory, __ATOMIC_RELAXED);
+    int n = total < TRACE_CLOCK_SEGMENTS ? (int)total : TRACE_CLOCK_SEGMENTS;
+    for (int k = 0; k < n; k++) {
+      const TraceClockSeg* g = &history[(total - (uint64_t)n + (uint64_t)k) % TRACE_CLOCK_SEGMENTS];
+      s->seg[k].tick0 = __atomic_load_n(&g->tick0, __ATOMIC_RELAXED);
+      s->seg[k].ns0 = __atomic_load_n(&g->ns0, __ATOMIC_RELAXED);
+      s->seg[k].mult = __atomic_load_n(&g->mult, __ATOMIC_RELAXED);
+    }
+    s->n = n;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    int torn = (q & 1) || __atomic_load_n(&traceClock.seq, __ATOMIC_RELAXED) != q;
+    if (!torn && i == 0 && (int64_t)(traceTicks() - tick0) > (int64_t)refresh) {
+      traceClockRefine(); /* an old anchor: refine (skipped if another thread is at it), reread */
+      continue;
+    }
+    if (!torn || i >= SNAP_TRIES) break; /* a writer stuck mid-update: its values are close */
+  }
+  if (s->n == 0) s->ticks = 0; /* cannot happen once calibrated; never divide by nothing */
+}
+
+uint64_t traceSnapNs(const TraceClockSnap* s, uint64_t stamp) {
+  if (!s->ticks) return stamp;
+  /* The newest segment that started at or before the stamp (older stamps: the oldest). */
+  int k = s->n - 1;
+  while (k > 0 && (int64_t)(stamp - s->seg[k].tick0) < 0) k--;
+  const TraceClockSeg* g = &s->seg[k];
+  if ((int64_t)(stamp - g->tick0) >= 0)
+    return g->ns0 + (uint64_t)(((unsigned __int128)(stamp - g->tick0) * g->mult) >> 32);
+  uint64_t back = (uint64_t)(((unsigned __int128)(g->tick0 - stamp) * g->mult) >> 32);
+  return back < g->ns0 ? g->ns0 - back : 0;
 }

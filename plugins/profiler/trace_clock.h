@@ -1,15 +1,15 @@
-/* The trace plugin's clock: CLOCK_MONOTONIC nanoseconds, read on the hot path from the CPU's
- * invariant time-stamp counter (rdtsc on x86-64, cntvct on aarch64: ~9 ns where
- * clock_gettime takes ~23 ns, and a collective reads the clock twice).
+/* The trace plugin's clock. The hot path only reads the CPU's invariant time-stamp counter
+ * (rdtsc on x86-64, cntvct on aarch64) and keeps the raw value (a "stamp"); everything that
+ * leaves the hot path (spool records, metrics, dumps, the watchdog) converts stamps to
+ * CLOCK_MONOTONIC nanoseconds:
  *
  * ns = ns0 + (ticks - tick0) * mult / 2^32, with (tick0, ns0, mult) calibrated against
- * CLOCK_MONOTONIC at the first init (a 1 ms measurement) and refined at least once a second
- * (by the hot path when the anchor is older, and by the background thread on every tick):
- * the rate comes from the longest baseline, and the offset left over is steered away over
- * the next 100 ms instead of jumping, so the clock does not run backwards by more than the
- * sampling error (~0.1 us). Published with a sequence counter; a read that overlaps an
- * update falls back to clock_gettime rather than spin. Without an invariant counter every
- * read is clock_gettime. */
+ * CLOCK_MONOTONIC at the first init (a 1 ms measurement) and refined by the background thread
+ * on every tick and by conversions of stamps more than a second past the anchor: the rate
+ * comes from the longest baseline, and the offset left over is steered away over the next
+ * 100 ms instead of jumping, so converted times do not run backwards by more than the
+ * sampling error (~0.1 us). Published with a sequence counter. Without an invariant counter
+ * stamps are clock_gettime nanoseconds and the conversion is the identity. */
 #ifndef NCCLX_PROFILER_TRACE_CLOCK_H
 #define NCCLX_PROFILER_TRACE_CLOCK_H
 
@@ -37,7 +37,7 @@ typedef struct {
   uint64_t tick0; /* anchor */
   uint64_t ns0;
   uint64_t mult;    /* ns per tick, times 2^32; 0 = use clock_gettime */
-  uint64_t refresh; /* ticks after tick0 when the hot path refines the calibration */
+  uint64_t refresh; /* ticks after tick0 when a conversion refines the calibration */
 } TraceClock;
 
 extern TraceClock traceClock;
@@ -48,33 +48,40 @@ static inline uint64_t traceMonoNs(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Calibrate once per process (idempotent, thread-safe); call before the first traceNowNs. */
+/* Calibrate once per process (idempotent, thread-safe); call before the first traceStamp. */
 void traceClockInit(void);
 /* Re-measure against CLOCK_MONOTONIC and steer (any thread; concurrent calls skip). */
 void traceClockRefine(void);
 
-/* Monotonic nanoseconds. */
-static inline uint64_t traceNowNs(void) {
+/* 1 once calibrated against an invariant counter: stamps are then raw ticks. Set once, before
+ * the first event of the process, and never cleared. */
+extern int traceStampIsTicks;
+
+/* The hot path's time stamp: one counter read (~9 ns where clock_gettime takes ~23 ns), no
+ * conversion; traceSnapNs turns it into CLOCK_MONOTONIC nanoseconds off the hot path. */
+static inline uint64_t traceStamp(void) {
 #if TRACE_HAVE_TICKS
-  uint64_t s = __atomic_load_n(&traceClock.seq, __ATOMIC_ACQUIRE);
-  uint64_t t0 = __atomic_load_n(&traceClock.tick0, __ATOMIC_RELAXED);
-  uint64_t n0 = __atomic_load_n(&traceClock.ns0, __ATOMIC_RELAXED);
-  uint64_t m = __atomic_load_n(&traceClock.mult, __ATOMIC_RELAXED);
-  uint64_t refresh = __atomic_load_n(&traceClock.refresh, __ATOMIC_RELAXED);
-  uint64_t t = traceTicks();
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  /* An update in progress, no calibration, or a stale one: the system clock, never a spin. */
-  if (__builtin_expect((s & 1) || m == 0 || __atomic_load_n(&traceClock.seq, __ATOMIC_RELAXED) != s, 0))
-    return traceMonoNs();
-  uint64_t d = t - t0;
-  if ((int64_t)d < 0) d = 0; /* another CPU's counter a few ticks behind the anchor's */
-  if (__builtin_expect(d > refresh, 0)) {
-    traceClockRefine();
-    return traceMonoNs();
-  }
-  return n0 + (uint64_t)(((unsigned __int128)d * m) >> 32);
-#else
-  return traceMonoNs();
+  if (__builtin_expect(__atomic_load_n(&traceStampIsTicks, __ATOMIC_RELAXED), 1)) return traceTicks();
 #endif
+  return traceMonoNs();
 }
+
+/* The calibration as a chain of segments, each (tick0, ns0, mult) valid from its anchor
+ * tick0 until the next one; every refinement starts a new segment where the previous one
+ * ends, so converting a stamp with the segment of its time gives what converting it at once
+ * would have given, however late the conversion (the drain runs up to flush_ms later, and a
+ * refinement in between may change the rate by up to 0.1%). */
+#define TRACE_CLOCK_SEGMENTS 256 /* about 25 s of history at one refinement per 100 ms */
+typedef struct {
+  uint64_t tick0, ns0, mult;
+} TraceClockSeg;
+
+/* One consistent copy of the calibration, to convert many stamps (a drained batch). */
+typedef struct {
+  int ticks; /* 0: stamps are nanoseconds already */
+  int n;     /* segments, oldest first */
+  TraceClockSeg seg[TRACE_CLOCK_SEGMENTS];
+} TraceClockSnap;
+void traceClockSnap(TraceClockSnap* s);
+uint64_t traceSnapNs(const TraceClockSnap* s, uint64_t stamp);
 #endif

@@ -73,10 +73,10 @@ static void* threadMain(void* arg) {
       while ((n = read(wakePipe[0], buf, sizeof(buf))) > 0)
         for (ssize_t i = 0; i < n; i++) sig |= buf[i] == 'S';
     }
-    traceClockRefine(); /* keeps the tick clock on CLOCK_MONOTONIC between hot-path refreshes */
+    traceClockRefine(); /* keeps the stamps' conversion on CLOCK_MONOTONIC */
     pthread_mutex_lock(&listLock);
     int quit = stopping;
-    uint64_t now = traceNowNs();
+    uint64_t now = traceStamp();
     for (TraceComm* c = comms; c; c = c->next) {
       traceDrain(c);
       if (sig) dumpOnSignal(c);

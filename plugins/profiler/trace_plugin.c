@@ -1,6 +1,8 @@
 /* The profiler ABI entry points of the "trace" plugin. startEvent, stopEvent and
- * recordEventState are the hot path: a spinlock, a clock read and a few copies into
- * preallocated memory; no I/O unless the record ring is full. */
+ * recordEventState are the hot path: a counter read, the communicator's spinlock (none when
+ * it records operations only, see trace.h) and a few copies into preallocated memory;
+ * metrics, time conversion and formatting happen when the background thread drains the
+ * record ring, and no I/O unless the ring is full. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@ static inline void copyName(char* dst, size_t size, const char* src) {
 static int64_t realOffsetNs(void) {
   struct timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
-  uint64_t mono = traceNowNs();
+  uint64_t mono = traceMonoNs();
   return (int64_t)((uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec) - (int64_t)mono;
 }
 
@@ -37,13 +39,19 @@ static void commFree(TraceComm* c) {
 }
 
 static ncclxResult_t commAlloc(TraceComm* c) {
-  size_t ring = (size_t)c->cfg.bufferEvents;
+  size_t ring = 64;
+  while (ring < (size_t)c->cfg.bufferEvents) ring *= 2; /* a mask, not a division, per record */
+  c->ringMask = ring - 1;
   c->pool = calloc(TRACE_POOL_EVENTS, sizeof(*c->pool));
-  c->ring = c->cfg.trace ? calloc(ring, sizeof(*c->ring)) : NULL;
+  int buffered = c->cfg.trace || c->cfg.metrics;
+  /* Cache-line aligned: a record is one line, so the writer and the draining thread share
+   * a line only when they touch the same record. */
+  c->ring = buffered ? aligned_alloc(64, ring * sizeof(*c->ring)) : NULL;
+  if (c->ring) memset(c->ring, 0, ring * sizeof(*c->ring));
   c->peers = calloc((size_t)c->nranks, sizeof(*c->peers));
   c->trackEnd = calloc(4 * (size_t)c->nranks + 2, sizeof(*c->trackEnd)); /* see trace_output.c */
   c->outBuf = calloc(1, sizeof(TraceBuf));
-  if (!c->pool || !c->peers || !c->trackEnd || !c->outBuf || (c->cfg.trace && !c->ring))
+  if (!c->pool || !c->peers || !c->trackEnd || !c->outBuf || (buffered && !c->ring))
     return ncclxSystemError;
   for (int i = TRACE_POOL_EVENTS - 1; i >= 0; i--) {
     c->pool[i].comm = c;
@@ -82,6 +90,8 @@ static ncclxResult_t traceInit(void** ctx, const ncclxProfilerCommInfo_v1_t* inf
     commFree(c);
     return ncclxInvalidUsage;
   }
+  c->lockless = !(c->cfg.mask & (NCCLX_PROFILE_STEP | NCCLX_PROFILE_NET | NCCLX_PROFILE_GROUP));
+  c->accept = c->cfg.mask | NCCLX_PROFILE_COLL | NCCLX_PROFILE_P2P;
   char why[TRACE_PATH_MAX + 128];
   if (traceMakeDir(c->cfg.dir, why, sizeof(why)) != 0) {
     traceLog(env, NCCLX_LOG_WARN, "[profiler.trace] dir = '%s': %s; disabled for comm %016llx rank %d",
@@ -127,9 +137,11 @@ static TracePeerDir* peerDir(TraceComm* c, int peer, int isSend, int touch) {
 static void topLevelStart(TraceComm* c, const TraceRecord* r, uint64_t now) {
   if (c->opsInFlight++ == 0) {
     c->epoch++;
-    c->epochOp = *r;
+    c->epochType = r->type;
+    c->epochFunc = r->func;
+    c->epochSeq = r->seq;
   }
-  c->lastProgressNs = now;
+  c->lastProgress = now;
 }
 
 /* The handle as one of this communicator's open events, or NULL (the core passes back
@@ -145,12 +157,16 @@ static ncclxResult_t traceStart(void* ctx, void** eHandle, const ncclxProfilerEv
   *eHandle = NULL;
   TraceComm* c = ctx;
   if (!c || !d) return ncclxInvalidArgument;
-  uint64_t now = traceNowNs();
-  traceLock(c);
+  /* The activation mask is process-wide: drop the types this communicator was not set up
+   * for (operations always count: they are the parents the core sends with any type). A
+   * lockless communicator must never see a step, net or group event. */
+  if (!(d->type & c->accept)) return ncclxSuccess;
+  uint64_t now = traceStamp();
+  traceWriteBegin(c);
   TraceEvent* e = c->freeList;
   if (!e) {
     c->droppedEvents++;
-    traceUnlock(c);
+    traceWriteEnd(c);
     return ncclxSuccess;
   }
   c->freeList = e->nextFree;
@@ -200,7 +216,7 @@ static ncclxResult_t traceStart(void* ctx, void** eHandle, const ncclxProfilerEv
       r->algo = traceNameIdAt(&c->names, 6, d->step.transport);
       TracePeerDir* pd = peerDir(c, r->peer, r->isSend, 1);
       if (pd) pd->expected += r->bytes;
-      c->lastProgressNs = now;
+      c->lastProgress = now;
       break;
     }
     case NCCLX_PROFILE_GROUP:
@@ -221,14 +237,14 @@ static ncclxResult_t traceStart(void* ctx, void** eHandle, const ncclxProfilerEv
         }
         if (pr->type == NCCLX_PROFILE_STEP) r->bytes = pr->bytes, r->step = pr->step;
       }
-      c->lastProgressNs = now;
+      c->lastProgress = now;
       break;
     }
     default:
       r->func = traceNameId(&c->names, "?");
       break;
   }
-  traceUnlock(c);
+  traceWriteEnd(c);
   *eHandle = e;
   return ncclxSuccess;
 }
@@ -238,8 +254,8 @@ static ncclxResult_t traceState(void* eHandle, ncclxProfilerState_t state,
   TraceEvent* e = eHandle;
   if (!e || !args) return ncclxSuccess;
   TraceComm* c = e->comm;
-  uint64_t now = traceNowNs();
-  traceLock(c);
+  uint64_t now = traceStamp();
+  traceWriteBegin(c);
   TraceRecord* r = &e->rec;
   if (r->type == NCCLX_PROFILE_STEP && (state == NCCLX_PROFILE_STATE_POSTED || state == NCCLX_PROFILE_STATE_PROGRESS)) {
     TracePeerDir* pd = peerDir(c, r->peer, r->isSend, 0);
@@ -250,35 +266,44 @@ static ncclxResult_t traceState(void* eHandle, ncclxProfilerState_t state,
       if (pd) pd->done += args->bytes - e->done;
       e->done = args->bytes;
     }
-    c->lastProgressNs = now;
+    c->lastProgress = now;
   } else if (r->type == NCCLX_PROFILE_NET && state == NCCLX_PROFILE_STATE_PROGRESS) {
-    c->lastProgressNs = now;
+    c->lastProgress = now;
   } else if (state == NCCLX_PROFILE_STATE_FAILED) {
     r->failed = 1;
     if (args->message && args->message[0]) copyName(c->lastError, sizeof(c->lastError), args->message);
     if (r->type == NCCLX_PROFILE_COLL) c->collFailed = r->seq;
     if (r->type == NCCLX_PROFILE_P2P) c->p2pFailed = r->seq;
   }
-  traceUnlock(c);
+  traceWriteEnd(c);
   return ncclxSuccess;
 }
 
-/* Queue a finished record for the trace file (c->lock held; may drop and retake it). */
-static void pushRecord(TraceComm* c, const TraceRecord* r) {
-  uint64_t cap = (uint64_t)c->cfg.bufferEvents;
-  uint64_t head = c->ringHead; /* only producers (under c->lock) store it */
+/* Queue a finished record for the drain (inside traceWriteBegin/End; may drop and retake
+ * the lock). */
+static void pushRecord(TraceComm* c, const TraceRecord* r, uint64_t endStamp) {
+  uint64_t cap = c->ringMask + 1;
+  uint64_t head = c->ringHead; /* only the writer stores it */
   if (head - __atomic_load_n(&c->ringTail, __ATOMIC_ACQUIRE) >= cap) {
-    /* The writer thread fell behind: write the batch here rather than lose records. */
-    traceUnlock(c);
-    traceDrain(c);
-    traceLock(c);
+    /* The background thread fell behind: drain here rather than lose records (a drain takes
+     * fileLock, which comes before the lock in the lock order; a lockless writer holds no
+     * lock, and readers never wait for fileLock while they wait for it). */
+    if (c->lockless) {
+      traceDrain(c);
+    } else {
+      traceUnlock(c);
+      traceDrain(c);
+      traceLock(c);
+    }
     head = c->ringHead;
     if (head - __atomic_load_n(&c->ringTail, __ATOMIC_ACQUIRE) >= cap) {
       c->droppedRecords++;
       return;
     }
   }
-  c->ring[head % cap] = *r;
+  TraceRecord* slot = &c->ring[head & c->ringMask];
+  *slot = *r;
+  slot->endNs = endStamp;
   __atomic_store_n(&c->ringHead, head + 1, __ATOMIC_RELEASE);
   if (head + 1 - __atomic_load_n(&c->ringTail, __ATOMIC_RELAXED) == cap / 2) traceGlobalWake();
 }
@@ -287,29 +312,28 @@ static ncclxResult_t traceStop(void* eHandle) {
   TraceEvent* e = eHandle;
   if (!e) return ncclxSuccess;
   TraceComm* c = e->comm;
-  uint64_t now = traceNowNs();
-  traceLock(c);
+  uint64_t now = traceStamp();
+  traceWriteBegin(c);
   TraceRecord* r = &e->rec;
-  r->endNs = now;
+  /* endNs goes into the copies only: storing it into *r just before copying *r would make
+   * the copy wait for that store (a store-forwarding stall). */
   if (r->type == NCCLX_PROFILE_COLL || r->type == NCCLX_PROFILE_P2P) {
     if (c->opsInFlight > 0) c->opsInFlight--;
-    int coll = r->type == NCCLX_PROFILE_COLL;
     if (!r->failed) {
-      uint64_t* done = coll ? &c->collDone : &c->p2pDone;
-      if (r->seq > *done) *done = r->seq;
-      if (c->cfg.metrics)
-        traceMetricsAdd(&c->metrics, r->func, traceNameText(&c->names, r->func), r->bytes,
-                        now > r->startNs ? now - r->startNs : 0);
+      uint64_t* last = r->type == NCCLX_PROFILE_COLL ? &c->collDone : &c->p2pDone;
+      if (r->seq > *last) *last = r->seq;
     }
-    c->recent[c->nrecent++ % TRACE_RECENT] = *r;
+    TraceRecord* done = &c->recent[c->nrecent++ % TRACE_RECENT];
+    *done = *r;
+    done->endNs = now;
   } else if (r->type == NCCLX_PROFILE_STEP || r->type == NCCLX_PROFILE_NET) {
-    c->lastProgressNs = now;
+    c->lastProgress = now;
   }
-  if (c->cfg.trace) pushRecord(c, r);
+  if (c->ring) pushRecord(c, r, now); /* metrics and the trace come from the ring */
   e->inUse = 0;
   e->nextFree = c->freeList;
   c->freeList = e;
-  traceUnlock(c);
+  traceWriteEnd(c);
   return ncclxSuccess;
 }
 

@@ -63,33 +63,47 @@ static char* defineName(TraceComm* c, char* p, uint8_t id) {
   return p + 3 + n->len;
 }
 
+/* A finished operation into the metrics (stamps already converted). */
+static void addMetrics(TraceComm* c, const TraceRecord* r) {
+  if ((r->type != NCCLX_PROFILE_COLL && r->type != NCCLX_PROFILE_P2P) || r->failed) return;
+  traceMetricsAdd(&c->metrics, r->func, traceNameText(&c->names, r->func), r->bytes,
+                  r->endNs > r->startNs ? r->endNs - r->startNs : 0);
+}
+
 void traceDrain(TraceComm* c) {
-  if (!c->cfg.trace) return;
+  if (!c->ring) return;
   pthread_mutex_lock(&c->fileLock);
-  if (c->spoolFd >= 0) {
-    uint64_t cap = (uint64_t)c->cfg.bufferEvents;
-    uint64_t tail = c->ringTail; /* only consumers (under fileLock) store it */
-    uint64_t head = __atomic_load_n(&c->ringHead, __ATOMIC_ACQUIRE);
-    TraceBuf* b = c->outBuf;
-    b->len = 0;
-    for (uint64_t i = tail; i < head; i++) {
-      const TraceRecord* r = &c->ring[i % cap];
-      /* Room for the record and up to five name definitions. */
-      char* p = tbSpace(b, 1 + sizeof(*r) + 5 * (3 + sizeof(c->names.names[0].text)));
-      if (!p) break;
-      p = defineName(c, p, r->func);
-      p = defineName(c, p, r->dtype);
-      p = defineName(c, p, r->op);
-      p = defineName(c, p, r->algo);
-      p = defineName(c, p, r->proto);
-      *p++ = 'R';
-      memcpy(p, r, sizeof(*r));
-      b->len = (size_t)(p + sizeof(*r) - b->p);
+  uint64_t tail = c->ringTail; /* only consumers (under fileLock) store it */
+  uint64_t head = __atomic_load_n(&c->ringHead, __ATOMIC_ACQUIRE);
+  int spool = c->cfg.trace && c->spoolFd >= 0 && !c->traceBroken;
+  TraceBuf* b = c->outBuf;
+  b->len = 0;
+  TraceClockSnap clock;
+  traceClockSnap(&clock);
+  for (uint64_t i = tail; i < head; i++) {
+    TraceRecord r = c->ring[i & c->ringMask];
+    r.startNs = traceSnapNs(&clock, r.startNs);
+    r.endNs = traceSnapNs(&clock, r.endNs);
+    if (c->cfg.metrics) addMetrics(c, &r);
+    if (!spool) continue;
+    /* Room for the record and up to five name definitions. */
+    char* p = tbSpace(b, 1 + sizeof(r) + 5 * (3 + sizeof(c->names.names[0].text)));
+    if (!p) {
+      spool = 0; /* out of memory: writeOut reports it and stops the trace */
+      continue;
     }
-    /* The slots are free again only once copied. */
-    __atomic_store_n(&c->ringTail, head, __ATOMIC_RELEASE);
-    writeOut(c, b);
+    p = defineName(c, p, r.func);
+    p = defineName(c, p, r.dtype);
+    p = defineName(c, p, r.op);
+    p = defineName(c, p, r.algo);
+    p = defineName(c, p, r.proto);
+    *p++ = 'R';
+    memcpy(p, &r, sizeof(r));
+    b->len = (size_t)(p + sizeof(r) - b->p);
   }
+  /* The slots are free again only once copied. */
+  __atomic_store_n(&c->ringTail, head, __ATOMIC_RELEASE);
+  if (c->cfg.trace && c->spoolFd >= 0) writeOut(c, b);
   pthread_mutex_unlock(&c->fileLock);
 }
 

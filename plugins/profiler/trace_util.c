@@ -21,6 +21,62 @@ void traceLockWait(int* lock) {
   }
 }
 
+#define PAUSE_NS 50000000ull /* a lockless writer waits for a reader at most 50 ms */
+#define READ_TRIES 8
+
+static uint64_t monoNs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void relax(int i) {
+  if (i >= 200) sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+  else __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  else __asm__ volatile("yield");
+#endif
+}
+
+void traceWriterPause(TraceComm* c) {
+  uint64_t t0 = monoNs();
+  for (int i = 0; __atomic_load_n(&c->readerWaiting, __ATOMIC_RELAXED); i++) {
+    if ((i & 63) == 63 && monoNs() - t0 > PAUSE_NS) return; /* the reader retries instead */
+    relax(i);
+  }
+}
+
+/* The writers' count once even (a writer between events), or the last seen after 50 ms. */
+static uint64_t evenSeq(TraceComm* c) {
+  uint64_t t0 = monoNs(), s;
+  for (int i = 0; (s = __atomic_load_n(&c->wseq, __ATOMIC_ACQUIRE)) & 1; i++) {
+    if ((i & 63) == 63 && monoNs() - t0 > PAUSE_NS) break;
+    relax(i);
+  }
+  return s;
+}
+
+uint64_t traceReadBegin(TraceComm* c) {
+  traceLock(c);
+  if (!c->lockless) return 0;
+  __atomic_store_n(&c->readerWaiting, 1, __ATOMIC_RELAXED);
+  return evenSeq(c);
+}
+
+int traceReadRetry(TraceComm* c, uint64_t* seq, int attempt) {
+  if (!c->lockless) return 0;
+  __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the snapshot's reads happen before this check */
+  if (__atomic_load_n(&c->wseq, __ATOMIC_RELAXED) == *seq || attempt + 1 >= READ_TRIES) return 0;
+  *seq = evenSeq(c);
+  return 1;
+}
+
+void traceReadEnd(TraceComm* c) {
+  if (c->lockless) __atomic_store_n(&c->readerWaiting, 0, __ATOMIC_RELAXED);
+  traceUnlock(c);
+}
+
 void traceLog(const ncclxPluginEnv_t* env, ncclxLogLevel_t level, const char* fmt, ...) {
   char msg[1536];
   va_list ap;

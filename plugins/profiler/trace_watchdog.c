@@ -30,31 +30,46 @@ static void owingPeers(const TraceComm* c, char* out, size_t size) {
                                                            : "unknown (add 'step' to [profiler.trace] events)");
 }
 
-void traceWatchdogCheck(TraceComm* c, uint64_t nowNs) {
-  if (c->cfg.watchdogMs <= 0) return;
-  char op[96] = "", peers[768];
-  double idleMs;
-  traceLock(c);
+/* What the watchdog reports when c's operation is stuck; 0 when it is not. Called between
+ * traceReadBegin and traceReadRetry (may run again on a fresh snapshot). */
+static int stuckOp(const TraceComm* c, const TraceClockSnap* clock, uint64_t nowNs, char* op, size_t opSize,
+                   char* peers, size_t peersSize, double* idleMs) {
+  op[0] = peers[0] = '\0';
+  if (c->opsInFlight == 0 || c->watchdogKey == c->epoch) return 0;
   /* The hot path may have stamped progress after the caller read the clock. */
-  uint64_t last = c->lastProgressNs;
-  idleMs = nowNs > last ? (double)(nowNs - last) / 1e6 : 0.0;
-  if (c->opsInFlight == 0 || c->watchdogKey == c->epoch || idleMs <= (double)c->cfg.watchdogMs) {
-    traceUnlock(c);
-    return;
-  }
-  c->watchdogKey = c->epoch;
+  uint64_t lastNs = traceSnapNs(clock, c->lastProgress);
+  *idleMs = nowNs > lastNs ? (double)(nowNs - lastNs) / 1e6 : 0.0;
+  if (*idleMs <= (double)c->cfg.watchdogMs) return 0;
   for (int i = 0; i < TRACE_POOL_EVENTS; i++) {
     const TraceRecord* r = &c->pool[i].rec;
     if (!c->pool[i].inUse || (r->type != NCCLX_PROFILE_COLL && r->type != NCCLX_PROFILE_P2P)) continue;
     if (r->type == NCCLX_PROFILE_COLL)
-      snprintf(op, sizeof(op), "%s #%llu (%zu bytes)", traceNameText(&c->names, r->func), (unsigned long long)r->seq, r->bytes);
+      snprintf(op, opSize, "%s #%llu (%zu bytes)", traceNameText(&c->names, r->func), (unsigned long long)r->seq, r->bytes);
     else
-      snprintf(op, sizeof(op), "%s #%llu %s rank %d (%zu bytes)", traceNameText(&c->names, r->func), (unsigned long long)r->seq,
+      snprintf(op, opSize, "%s #%llu %s rank %d (%zu bytes)", traceNameText(&c->names, r->func), (unsigned long long)r->seq,
                r->isSend ? "to" : "from", r->peer, r->bytes);
     break;
   }
-  owingPeers(c, peers, sizeof(peers));
-  traceUnlock(c);
+  owingPeers(c, peers, peersSize);
+  return 1;
+}
+
+void traceWatchdogCheck(TraceComm* c, uint64_t now) {
+  if (c->cfg.watchdogMs <= 0) return;
+  char op[96], peers[768];
+  double idleMs = 0.0;
+  TraceClockSnap clock; /* taken before the lock: it may refine the calibration */
+  traceClockSnap(&clock);
+  uint64_t nowNs = traceSnapNs(&clock, now);
+  int stuck = 0;
+  uint64_t seq = traceReadBegin(c);
+  for (int attempt = 0;; attempt++) {
+    stuck = stuckOp(c, &clock, nowNs, op, sizeof(op), peers, sizeof(peers), &idleMs);
+    if (!traceReadRetry(c, &seq, attempt)) break;
+  }
+  if (stuck) c->watchdogKey = c->epoch; /* one dump per stuck operation */
+  traceReadEnd(c);
+  if (!stuck) return;
 
   char path[TRACE_PATH_MAX + 64];
   tracePathFor(c, "dump", "json", path, sizeof(path));
