@@ -483,13 +483,7 @@ static void idleSleep(dynState* st) {
 
 static ncclxResult_t checkStuck(dynState* st, double lastProgress) {
   struct ncclxComm* comm = st->comm;
-  char notice[1024];
-  if (atomic_load(&comm->abortFlag)) {
-    ncclxResult_t res = commCheckHealthy(comm);
-    return res != ncclxSuccess ? res : ncclxInvalidUsage;
-  }
-  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
-    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  NCCLX_CHECK(commPollAbort(comm));
   if (comm->timeoutSec <= 0 || nowSec() - lastProgress <= comm->timeoutSec) return ncclxSuccess;
   char list[640] = "", who[128];
   size_t len = 0;

@@ -148,13 +148,7 @@ static double llNowSec(void) {
 
 /* Bounded wait during setup: 0 to retry, an error when the comm failed or time ran out. */
 static ncclxResult_t llSetupPause(struct ncclxComm* comm, double start, const char* what) {
-  char notice[1024];
-  if (atomic_load(&comm->abortFlag)) {
-    ncclxResult_t res = commCheckHealthy(comm);
-    return res != ncclxSuccess ? res : ncclxInvalidUsage;
-  }
-  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
-    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  NCCLX_CHECK(commPollAbort(comm));
   if (comm->timeoutSec > 0 && llNowSec() - start > comm->timeoutSec)
     return commFail(comm, ncclxRemoteError, "LL protocol: timeout after %.0f s waiting for %s",
                     comm->timeoutSec, what);
@@ -365,13 +359,8 @@ static ncclxResult_t llWaitStep(llWaiter* w, _Atomic uint64_t* word, uint64_t wa
     atomic_fetch_sub(&h->sleepers, 1);
   }
   if ((w->polls & 63u) != 0) return ncclxSuccess;
-  char notice[1024], desc[128];
-  if (atomic_load(&comm->abortFlag)) {
-    ncclxResult_t res = commCheckHealthy(comm);
-    return res != ncclxSuccess ? res : ncclxInvalidUsage;
-  }
-  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
-    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  char desc[128];
+  NCCLX_CHECK(commPollAbort(comm));
   if (w->yields >= LL_YIELDS && llRankExited(w->b, comm, whoRank))
     return commFail(comm, ncclxRemoteError, "%s #%llu (LL protocol): %s exited while this rank "
                     "waited for %s", comm->curOpName ? comm->curOpName : "operation",
@@ -440,9 +429,18 @@ static llLine* llRegion(const llCall* c, int rank) {
 static void llWrite(llCall* c, const void* src, size_t bytes) {
   llLine* line = llRegion(c, c->comm->rank);
   size_t nlines = bytes ? (bytes + LL_PAYLOAD - 1) / LL_PAYLOAD : 1;
+  /* Whole lines are stored back to back from a fixed-size copy: a reader polling the line
+   * must not pull it away between the stores of one line (an 8-byte copy loop measured 5x
+   * slower at 2 KiB). */
   for (size_t i = 0; i < nlines; i++) {
     size_t off = i * LL_PAYLOAD, len = bytes - off < LL_PAYLOAD ? bytes - off : LL_PAYLOAD;
-    if (bytes) memcpy(line[i].data, (const char*)src + off, len);
+    if (len == LL_PAYLOAD) {
+      memcpy(line[i].data, (const char*)src + off, LL_PAYLOAD);
+    } else if (bytes) {
+      unsigned char tail[LL_PAYLOAD] = {0};
+      memcpy(tail, (const char*)src + off, len);
+      memcpy(line[i].data, tail, LL_PAYLOAD);
+    }
     line[i].sig = c->sig;
     atomic_store_explicit(&line[i].seq, c->seq, memory_order_release);
   }
@@ -459,7 +457,9 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
     if (!len) continue;
     size_t lo = i == first ? off - i * LL_PAYLOAD : 0;
     size_t hi = i == last ? off + len - i * LL_PAYLOAD : LL_PAYLOAD;
-    memcpy((char*)dst + (i * LL_PAYLOAD + lo - off), line[i].data + lo, hi - lo);
+    char* to = (char*)dst + (i * LL_PAYLOAD + lo - off);
+    if (hi - lo == LL_PAYLOAD) memcpy(to, line[i].data, LL_PAYLOAD); /* inlined, fixed size */
+    else memcpy(to, line[i].data + lo, hi - lo);
   }
   return ncclxSuccess;
 }

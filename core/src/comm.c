@@ -75,6 +75,14 @@ ncclxResult_t commFail(struct ncclxComm* comm, ncclxResult_t res, const char* fm
   return res;
 }
 
+ncclxResult_t commPollAbort(struct ncclxComm* comm) {
+  if (atomic_load(&comm->abortFlag)) return commCheckHealthy(comm);
+  char notice[1024];
+  if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
+    return commSetError(comm, ncclxRemoteError, "%s", notice);
+  return ncclxSuccess;
+}
+
 ncclxResult_t commCheckHealthy(struct ncclxComm* comm) {
   ncclxResult_t err = (ncclxResult_t)atomic_load(&comm->asyncError);
   if (err == ncclxSuccess && atomic_load(&comm->abortFlag)) err = ncclxInvalidUsage;

@@ -126,6 +126,9 @@ ncclxResult_t commArgError(struct ncclxComm* comm, ncclxResult_t res, const char
 ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn);
 /* ncclxSuccess, or the sticky error (with lastError) if the comm failed or was aborted. */
 ncclxResult_t commCheckHealthy(struct ncclxComm* comm);
+/* What every bounded wait polls: the error to return if this comm was aborted or failed, or
+ * if another rank's abort notice arrived on the bootstrap (recorded here), else ncclxSuccess. */
+ncclxResult_t commPollAbort(struct ncclxComm* comm);
 /* "rank 3 (host h, pid p)" into buf. */
 const char* commDescribeRank(const struct ncclxComm* comm, int rank, char* buf, size_t size);
 /* A scratch buffer of at least `bytes`, owned by the comm, valid until the next call.

@@ -124,11 +124,11 @@ TOOL_API void ncclxTuneToolReduce(void* dst, const void* src, size_t count, nccl
   ncclxReduceInPlace(dst, src, count, type, ncclxSum);
 }
 
-/* The LL protocol's constants, measured here (2 ranks, 8 B .. 4 KiB allreduce and allgather
- * against the simple protocol's fit): a call's fixed cost and the cost of a byte moved
- * through the board's cache lines. */
-#define TUNE_LL_ALPHA_US 0.30
-#define TUNE_LL_BETA_US_PER_BYTE 2.0e-4
+/* The LL protocol's constants, measured here (2 ranks, allreduce of 8 B .. 2 KiB: 0.6 to
+ * 1.4 us, against 0.8 to 1.5 us on the simple protocol): a call's fixed cost and the cost
+ * of a byte written or read through the board's cache lines. */
+#define TUNE_LL_ALPHA_US 0.60
+#define TUNE_LL_BETA_US_PER_BYTE 8.0e-5
 
 /* Fills the cost table of one call: NCCLX_TUNER_IGNORE everywhere except the entries that can
  * run it on comm (the simple protocol's algorithms, and (linear, ll) where the LL protocol
