@@ -11,24 +11,28 @@
  * ratio and the shape), or given with -f to repeat the same shapes elsewhere. Inputs are small integers, exact in fp32, so every schedule's
  * output must equal SEQUENTIAL's bit for bit: checked on every run (exit status 3 if not).
  *
- * Measured in turn, every iteration (alternating, so load from others hits all alike), each
- * time the slowest rank's after a barrier:
+ * Measured in turn, every iteration (alternating, so load from others hits all alike; the
+ * order is shuffled each iteration), each time the slowest rank's after a barrier:
  *   G(p)      G_chunked: the block GEMMs on the calling thread, no communication, each
  *             block cut into p = 1, 2, 4, 8 pieces: the same partitions, the same thread
  *             and the same callbacks as the schedules (G = G(1): one GEMM per block);
  *   M         the ring collective alone (SEQUENTIAL with callbacks that do nothing);
- *   T_seq, T_slice(k) for k = 2, 4, 8, T_ring(p) for p = 1, 2, 4, 8 pieces, T_direct.
+ *   T_seq, T_slice(k) for k = 2, 4, 8, T_ring(p) for p = 1, 2, 4, 8 pieces, T_direct,
+ *   T_ringD: RING_P2P with the library's default pieces (NCCLX_FUSE_RING_P2P).
  * The table gives medians (and a row of minima): the best k and the best p, and
  * E = (T - G(p)) / M, the fraction of the communication left exposed, each schedule's T
  * against G with its own partitions (SLICED(k): G(k); SEQUENTIAL, DIRECT_P2P: G(1)), so
  * that E counts communication only; what smaller GEMMs cost shows in T itself.
  *
- * -link emulates a link of that many bytes/s whose transfers cost no CPU (every step
- * sleeps until its bytes could have crossed it; a NIC or NVLink). Without it the
- * shared-memory copies are CPU work on the same cores as the GEMMs.
+ * -link emulates a link of that many bytes/s whose transfers cost no CPU (a NIC or NVLink
+ * with DMA): a transfer is complete no earlier than bytes/rate after it was posted (after
+ * the previous transfer on the same link), and the wait is a sleep. The real
+ * shared-memory copy still runs (CPU work), so M is at least the link time. Without -link
+ * the shared-memory copies are all there is, on the same cores as the GEMMs.
  * GEMM: OpenBLAS's cblas_sgemm when libopenblas.so.0 can be loaded (one thread), else a
  * plain built-in kernel. Exit status: 0 ok, 1 failure, 2 bad arguments, 3 wrong results. */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdint.h>
 #include <errno.h>
 #include <signal.h>
@@ -51,7 +55,7 @@ static const int ringPs[NUM_P] = {1, 2, 4, 8};
 
 /* What one iteration measures, in this order: G with 1, 2, 4, 8 pieces per block (the
  * partitions of RING_P2P(p) and SLICED(k)), M, then the schedules. */
-enum { M_G0, M_M = M_G0 + NUM_P, M_SEQ, M_SL0, M_RING0 = M_SL0 + NUM_K, M_DIRECT = M_RING0 + NUM_P, M_NUM };
+enum { M_G0, M_M = M_G0 + NUM_P, M_SEQ, M_SL0, M_RING0 = M_SL0 + NUM_K, M_DIRECT = M_RING0 + NUM_P, M_RINGD, M_NUM };
 #define M_G M_G0
 
 /* The G measurement with the same partitions as pieces (or slices) per block. */
@@ -172,6 +176,7 @@ static ncclxFuseSchedule_t scheduleOf(const Bench* b, int m, double linkBps) {
   if (m >= M_SL0 && m < M_SL0 + NUM_K) s = NCCLX_FUSE_SLICED(sliceKs[m - M_SL0]);
   if (m >= M_RING0 && m < M_RING0 + NUM_P) s = NCCLX_FUSE_RING_P2P_PIECES(ringPs[m - M_RING0]);
   if (m == M_DIRECT) s = NCCLX_FUSE_DIRECT_P2P;
+  if (m == M_RINGD) s = NCCLX_FUSE_RING_P2P; /* the library's default pieces */
   s.unit = (size_t)b->w;
   s.linkBytesPerSec = linkBps;
   return s;
@@ -222,15 +227,17 @@ static const char* measureName(int m) {
   static char name[32];
   if (m == M_SEQ) return "SEQUENTIAL";
   if (m == M_DIRECT) return "DIRECT_P2P";
+  if (m == M_RINGD) return "RING_P2P(default)";
   if (m >= M_SL0 && m < M_SL0 + NUM_K) snprintf(name, sizeof(name), "SLICED(%d)", sliceKs[m - M_SL0]);
   else snprintf(name, sizeof(name), "RING_P2P(%d)", ringPs[m - M_RING0]);
   return name;
 }
 
-/* Every schedule's output must be SEQUENTIAL's, bit for bit. */
-static int outputMatches(Bench* b, int m) {
+/* Every schedule's output must be SEQUENTIAL's, bit for bit (the reference is taken from
+ * SEQUENTIAL's warm-up run; later SEQUENTIAL runs are checked against it too). */
+static int outputMatches(Bench* b, int m, int setRef) {
   if (m < M_SEQ) return 1;
-  if (m == M_SEQ) {
+  if (setRef) {
     memcpy(b->ref, b->out, outElems(b) * sizeof(float));
     return 1;
   }
@@ -262,7 +269,7 @@ static void printRow(const Bench* b, const char* stat, const double* v) {
   printf("%2d %-2s %-6s %4d %5d %5d %6.2f %8.3f %8.3f %8.3f %8.3f %2d %8.3f %8.3f %2d %8.3f %8.3f %8.3f"
          " %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f\n",
          b->n, b->ag ? "ag" : "rs", stat, b->m, b->w, b->f, M / G, M * 1e3, G * 1e3, v[M_SEQ] * 1e3, ts * 1e3, k,
-         gs * 1e3, tr * 1e3, p, gr * 1e3, v[M_RING0] * 1e3, v[M_DIRECT] * 1e3, (v[M_SEQ] - G) / M, (ts - gs) / M,
+         gs * 1e3, tr * 1e3, p, gr * 1e3, v[M_RINGD] * 1e3, v[M_DIRECT] * 1e3, (v[M_SEQ] - G) / M, (ts - gs) / M,
          (tr - gr) / M, (v[M_DIRECT] - G) / M, v[M_SEQ] / tr, ts / tr, v[M_SEQ] / v[M_DIRECT]);
   fflush(stdout);
 }
@@ -289,6 +296,18 @@ static void setShape(Bench* b, int f) {
   for (size_t i = 0; i < nb; i++) b->b[i] = small(i, 7);
   /* Gathered blocks as SEQUENTIAL would leave them, so G reads the same values. */
   for (size_t i = 0; b->ag && i < nm * (size_t)b->w; i++) b->gathered[i] = small(i % b->count, (int)(i / b->count));
+}
+
+/* order = a permutation of 0..n-1 that depends only on seed (Fisher-Yates, LCG). */
+static void shuffle(int* order, int n, unsigned seed) {
+  unsigned x = seed * 2654435761u + 12345u;
+  for (int i = 0; i < n; i++) order[i] = i;
+  for (int i = n - 1; i > 0; i--) {
+    x = x * 1103515245u + 12345u;
+    int j = (int)((x >> 8) % (unsigned)(i + 1)), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
 }
 
 static double bestOf(Bench* b, int m, int times, double linkBps) {
@@ -324,17 +343,29 @@ static int benchCase(Bench* b, const Options* o) {
   int points = o->nf ? o->nf : o->nratio;
   for (int ri = 0; ri < points; ri++) {
     setShape(b, o->nf ? o->fs[ri] : chooseF(b, M0, o->ratio[ri]));
-    for (int m = M_SEQ; m < M_NUM; m++) (void)measure(b, m, o->linkBps); /* warm up */
+    for (int m = M_SEQ; m < M_NUM; m++) { /* warm up */
+      (void)measure(b, m, o->linkBps);
+      if (m == M_SEQ) (void)outputMatches(b, m, 1);
+    }
     double* samples = malloc(sizeof(double) * (size_t)M_NUM * (size_t)o->iters);
-    for (int it = 0; it < o->iters; it++)
-      for (int m = 0; m < M_NUM; m++) {
+    for (int it = 0; it < o->iters; it++) {
+      /* A new order every iteration (the same on every rank: a fixed pseudo-random
+       * sequence), so what a run leaves behind (caches, the transport's sleeping or armed
+       * state, the ranks' skew) does not always bill the same schedule: in a fixed or
+       * rotated order, RING_P2P measured right after DIRECT_P2P came out 10-20% slower
+       * than the very same schedule measured elsewhere. */
+      int order[M_NUM];
+      shuffle(order, M_NUM, (unsigned)it);
+      for (int i = 0; i < M_NUM; i++) {
+        int m = order[i];
         samples[m * o->iters + it] = measure(b, m, o->linkBps);
-        int ok = outputMatches(b, m), allOk = 0;
+        int ok = outputMatches(b, m, 0), allOk = 0;
         check(b, ncclxAllReduce(&ok, &allOk, 1, ncclxInt32, ncclxMin, b->comm, NULL), "ncclxAllReduce");
         if (!ok) fprintf(stderr, "fuse-bench: rank %d: %s %s output differs from SEQUENTIAL's\n", b->rank,
                          b->ag ? "ag" : "rs", measureName(m));
         if (!allOk) bad = 1;
       }
+    }
     double med[M_NUM], best[M_NUM];
     for (int m = 0; m < M_NUM; m++) {
       med[m] = median(samples + m * o->iters, o->iters); /* sorts: [0] is the minimum */
@@ -352,6 +383,26 @@ static int benchCase(Bench* b, const Options* o) {
 }
 
 /* ---------------- ranks ---------------- */
+
+/* One CPU per rank when they fit (NCCLX_FUSE_BENCH_BIND=0: leave it to the scheduler).
+ * Unpinned, two ranks on two CPUs sometimes share one CPU for many milliseconds after
+ * their threads' wakeups (seen here as the schedule measured right after DIRECT_P2P, whose
+ * helper threads had just run, taking 0.3 ms longer than the very same schedule measured
+ * elsewhere in the iteration). A rank's helper threads inherit its CPU: one core per rank,
+ * as the design assumes. */
+static void bindRank(int r, int n) {
+  const char* env = getenv("NCCLX_FUSE_BENCH_BIND");
+  if (env && strcmp(env, "0") == 0) return;
+  cpu_set_t allowed, mine;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || n > CPU_COUNT(&allowed)) return;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != r) continue;
+    CPU_ZERO(&mine);
+    CPU_SET(cpu, &mine);
+    (void)sched_setaffinity(0, sizeof(mine), &mine); /* best effort */
+    return;
+  }
+}
 
 typedef struct {
   const Options* o;
@@ -398,6 +449,7 @@ static int launch(const Options* o, int n) {
     }
     if (pids[r] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the launcher */
+      bindRank(r, n);
       exit(rankMain(r, &job));
     }
   }
@@ -525,11 +577,17 @@ int main(int argc, char** argv) {
   if (o.linkBps > 0) printf("# link: %.0f MB/s per direction, transfers sleep (no CPU)\n", o.linkBps / 1e6);
   printf("# block m x w fp32 per rank; ag: C_j(m x f) = A_j(m x w) . B(w x f); rs: P_d(m x w) = A_d(m x f) . B(f x w)\n");
   printf("# times in ms; G = G_chunked (N block GEMMs, same thread, no communication); M = collective alone;\n");
-  printf("# slice = best SLICED(k), k = %d..%d; ring = best RING_P2P(p), p = %d..%d; ring1 = RING_P2P(1);\n",
+  ncclxFuseSchedule_t def = NCCLX_FUSE_RING_P2P;
+  def.unit = (size_t)o.w;
+  printf("# slice = best SLICED(k), k = %d..%d; ring = best RING_P2P(p), p = %d..%d; ringD = RING_P2P with the\n"
+         "# library's default pieces (NCCLX_FUSE_RING_P2P: p =",
          sliceKs[0], sliceKs[NUM_K - 1], ringPs[0], ringPs[NUM_P - 1]);
+  for (int i = 0; i < o.nnp; i++)
+    printf(" %d at %d ranks%s", ncclxFuseSchedulePieces(def, (size_t)o.m * (size_t)o.w, ncclxFloat32, o.np[i]), o.np[i],
+           i + 1 < o.nnp ? "," : ")\n");
   printf("# G_k, G_p = G with the same pieces per block; E = (T - G with the schedule's pieces) / M\n");
   printf("#np op stat      m     w     f    M/G        M        G    T_seq  T_slice  k      G_k   T_ring  p      G_p"
-         "  T_ring1 T_direct  E_seq E_slice E_ring E_direct seq/ring slice/ring seq/direct\n");
+         "  T_ringD T_direct  E_seq E_slice E_ring E_direct seq/ring slice/ring seq/direct\n");
   int result = 0;
   for (int i = 0; i < o.nnp; i++) {
     int r = launch(&o, o.np[i]);

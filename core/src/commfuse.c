@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "commfuse_internal.h"
+#include "commfuse_trace.h"
 #include "debug.h"
 #include "prof.h"
 #include "stream.h"
@@ -25,6 +26,18 @@ API const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo) {
   return (unsigned)algo < ncclxFuseNumAlgos ? algoNames[algo] : "unknown";
 }
 
+API int ncclxFuseSchedulePieces(ncclxFuseSchedule_t schedule, size_t count, ncclxDataType_t datatype,
+                                int nranks) {
+  if ((unsigned)datatype >= ncclxNumTypes || count == 0) return 1;
+  size_t unit = schedule.unit ? schedule.unit : 1, units = count / unit;
+  if (schedule.algo == ncclxFuseRingP2P && schedule.slices == 0)
+    return fuseAutoPieces(count, ncclxTypeSize(datatype), unit, nranks);
+  if ((schedule.algo != ncclxFuseRingP2P && schedule.algo != ncclxFuseSliced) || schedule.slices < 1) return 1;
+  size_t k = (size_t)schedule.slices;
+  if (k > units) k = units;
+  return k ? (int)k : 1;
+}
+
 /* ---------------- validation ---------------- */
 
 static ncclxResult_t checkSchedule(struct ncclxComm* comm, ncclxFuseSchedule_t* s, size_t count,
@@ -33,8 +46,9 @@ static ncclxResult_t checkSchedule(struct ncclxComm* comm, ncclxFuseSchedule_t* 
     return commArgError(comm, ncclxInvalidArgument, "%s: invalid schedule algorithm %d", fn, (int)s->algo);
   if (s->algo == ncclxFuseSliced && s->slices < 1)
     return commArgError(comm, ncclxInvalidArgument, "%s: SLICED needs slices >= 1, not %d", fn, s->slices);
-  if (s->algo == ncclxFuseRingP2P && s->slices < 1)
-    return commArgError(comm, ncclxInvalidArgument, "%s: RING_P2P needs pieces (slices) >= 1, not %d", fn, s->slices);
+  if (s->algo == ncclxFuseRingP2P && s->slices < 0)
+    return commArgError(comm, ncclxInvalidArgument, "%s: RING_P2P needs pieces (slices) >= 1, or 0 for automatic, not %d",
+                        fn, s->slices);
   if (s->algo != ncclxFuseSliced && s->algo != ncclxFuseRingP2P) s->slices = 1;
   if (s->unit == 0) s->unit = 1;
   if (count % s->unit != 0)
@@ -59,12 +73,14 @@ static ncclxResult_t checkCommon(struct ncclxComm* comm, ncclxDataType_t type, s
 
 /* ---------------- execution ---------------- */
 
+/* RING_P2P and SLICED all-gather and reduce-scatter progress on the computing thread
+ * (flows); the all-to-all and DIRECT_P2P hand steps to a helper. */
 static int needsHelper(const fuseOp* f) {
   if (f->comm->nranks < 2 || f->count == 0) return 0;
   switch (f->sched.algo) {
-    case ncclxFuseRingP2P:
+    case ncclxFuseRingP2P: return f->kind == FUSE_A2A;
     case ncclxFuseDirectP2P: return 1;
-    case ncclxFuseSliced: return fuseSliceCount(f) > 1;
+    case ncclxFuseSliced: return f->kind == FUSE_A2A && fuseSliceCount(f) > 1;
     default: return 0;
   }
 }
@@ -103,6 +119,11 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     if (needsHelper(f) && fuseHelperAcquire(&f->helper) != ncclxSuccess)
       res = commFail(comm, ncclxSystemError, "%s #%llu: %s", f->name, (unsigned long long)f->seq,
                      ncclxThreadLastError());
+    FUSE_TRACE("op.start", f->sched.algo, f->sched.slices);
+    f->linkEnd = NULL;
+    if (res == ncclxSuccess && f->sched.linkBytesPerSec > 0 &&
+        !(f->linkEnd = calloc((size_t)comm->nranks, sizeof(double))))
+      res = commFail(comm, ncclxSystemError, "%s #%llu: out of memory", f->name, (unsigned long long)f->seq);
     if (res == ncclxSuccess && f->count > 0)
       res = f->kind == FUSE_AG ? fuseAllGather(f) : f->kind == FUSE_RS ? fuseReduceScatter(f) : fuseAllToAll(f);
     if (fuseHelperBusy(f->helper)) { /* only after an error path that left it running */
@@ -111,6 +132,10 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     }
     fuseHelperRelease(f->helper);
     f->helper = NULL;
+    free(f->linkEnd);
+    f->linkEnd = NULL;
+    FUSE_TRACE("op.end", 0, 0);
+    FUSE_TRACE_DUMP(comm->rank, f->name, f->sched.algo, f->sched.slices);
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
     profStop(comm, ev);
     comm->curProfEvent = NULL;

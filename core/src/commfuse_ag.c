@@ -4,7 +4,7 @@
  * consumer (one that accumulates across blocks) gets the same result under each. */
 #include <string.h>
 
-#include "commfuse_internal.h"
+#include "commfuse_flow.h"
 #include "debug.h"
 
 static char* blockAt(const fuseOp* f, int rank, size_t offElems) {
@@ -22,22 +22,52 @@ static ncclxResult_t consumeBlock(fuseOp* f, int src, size_t off, size_t len) {
   return rc ? fuseCallbackFailed(f, "consume", src, rc) : ncclxSuccess;
 }
 
+/* The ring all-gather of elements [off, off+len) of every block as a flow: step i
+ * forwards block r-i's slice (received in step i-1) and receives block r-i-1's. */
+static ncclxResult_t agSliceFlow(fuseOp* f, fuseFlow* w, size_t off, size_t len) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  NCCLX_CHECK(fuseFlowInit(w, f, n - 1));
+  for (int i = 0; i < n - 1; i++) {
+    fuseFlowStep* st = &w->steps[i];
+    st->send = (fuseHalf){.peer = (r + 1) % n, .buf = blockAt(f, (r - i + n) % n, off), .bytes = len * f->typeSize};
+    st->recv = (fuseHalf){.peer = (r - 1 + n) % n, .buf = blockAt(f, (r - i - 1 + n) % n, off),
+                          .bytes = len * f->typeSize};
+    st->sendAfterRecv = i - 1;
+  }
+  ncclxResult_t res = fuseFlowStart(w);
+  return res == ncclxSuccess ? res : fuseFlowEnd(w, res); /* frees it */
+}
+
 /* SLICED(k), and SEQUENTIAL as its k = 1: slice 0 is gathered with nothing to overlap (the
- * head), then slice s+1 moves on the helper while slice s is consumed. */
+ * head), then slice s+1's ring moves while slice s is consumed: the computing thread
+ * makes it progress between the consume calls, as RING_P2P does between pieces. */
 static ncclxResult_t agSliced(fuseOp* f, int k) {
   int n = f->comm->nranks, r = f->comm->rank;
   size_t ts = f->typeSize, off, len;
   placeOwn(f);
   fuseSlice(f, k, 0, &off, &len);
-  NCCLX_CHECK(fuseAgSliceRun(f, off * ts, len * ts));
+  if (k == 1) {
+    NCCLX_CHECK(fuseAgSliceRun(f, off * ts, len * ts));
+    for (int t = 0; t < n; t++) NCCLX_CHECK(consumeBlock(f, (r - t + n) % n, off, len));
+    return ncclxSuccess;
+  }
+  fuseFlow w;
+  NCCLX_CHECK(agSliceFlow(f, &w, off, len));
+  NCCLX_CHECK(fuseFlowEnd(&w, ncclxSuccess));
   for (int s = 0; s < k; s++) {
     size_t curOff = off, curLen = len;
-    if (s + 1 < k) {
+    int next = s + 1 < k;
+    if (next) {
       fuseSlice(f, k, s + 1, &off, &len);
-      fuseAgSliceStart(f, off * ts, len * ts);
+      NCCLX_CHECK(agSliceFlow(f, &w, off, len));
     }
-    for (int t = 0; t < n; t++) NCCLX_CHECK(consumeBlock(f, (r - t + n) % n, curOff, curLen));
-    NCCLX_CHECK(fuseWait(f));
+    ncclxResult_t res = ncclxSuccess;
+    for (int t = 0; t < n && res == ncclxSuccess; t++) {
+      res = consumeBlock(f, (r - t + n) % n, curOff, curLen);
+      if (res == ncclxSuccess && next) res = fuseFlowPump(&w);
+    }
+    if (next) res = fuseFlowEnd(&w, res);
+    NCCLX_CHECK(res);
   }
   return ncclxSuccess;
 }

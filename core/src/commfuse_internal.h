@@ -2,9 +2,11 @@
  * schedules (commfuse_steps.c), and the schedules themselves (commfuse_ag.c, commfuse_rs.c).
  *
  * Threading: the thread executing the call holds comm->execLock for the whole operation and
- * runs the user's callbacks; communication steps run either on that thread (exposed) or on
- * a borrowed helper thread (overlapped). At any moment exactly one of the two touches the
- * communicator: the executing thread never calls into comm while a helper job runs. */
+ * runs the user's callbacks. RING_P2P and SLICED (all-gather, reduce-scatter) progress
+ * their transfers on that same thread between callbacks (flows, commfuse_flow.h); the
+ * all-to-all and DIRECT_P2P hand steps to a borrowed helper thread. At any moment exactly
+ * one thread touches the communicator: the executing thread never calls into comm while
+ * a helper job runs. */
 #ifndef NCCLX_COMMFUSE_INTERNAL_H
 #define NCCLX_COMMFUSE_INTERNAL_H
 
@@ -18,18 +20,6 @@
 #include "xfer.h"
 
 typedef enum { FUSE_AG, FUSE_RS, FUSE_A2A } fuseKind;
-
-/* Piece counters shared by the executing thread and a helper running a whole pipelined
- * ring (commfuse_pipe.c): each side publishes how far it got and sleeps, never spins,
- * until the other gets far enough (one core per rank: spinning would steal it). */
-typedef struct {
-  pthread_mutex_t lock;
-  pthread_cond_t cond; /* CLOCK_MONOTONIC */
-  atomic_long produced; /* pieces the executing thread has produced (RS) */
-  atomic_long moved;    /* pieces the helper has finished (sent/received, reduced) */
-  atomic_int ended;     /* the helper's job returned */
-  atomic_int sleepers;  /* threads in (or entering) a wait on cond */
-} fuseProgress;
 
 typedef struct fuseOp {
   struct ncclxComm* comm;
@@ -52,26 +42,28 @@ typedef struct fuseOp {
   /* The helper's current job (set by the fuseStart* functions). */
   ncclxXfer xfers[2];
   int nxfers;
-  char* jobBase; /* slice jobs: blocks of stride jobStride bytes */
-  size_t jobStride, jobOff, jobLen;
-  char* jobDst;
-  char* jobPartials; /* RS slice jobs: two pieces of jobLen bytes */
-  fuseProgress prog; /* RING_P2P pipelines */
-  char* pipeTmp[2];  /* RS pipeline: this rank's partials of steps t % 2 */
-  char* pipeAcc[2];  /* RS pipeline: partials received for steps t % 2 */
+  char* jobBase; /* all-to-all slice jobs: the staged blocks */
+  size_t jobOff, jobLen;
+  double* linkEnd;   /* emulated link: when the link to each peer is free again */
 } fuseOp;
 
+/* ---- time and the emulated link (commfuse_flow.c) ---- */
+double fuseNow(void); /* CLOCK_MONOTONIC, seconds */
+void fuseSleepUntil(double t);
+/* A send of `bytes` to peer posted now: when its bytes have crossed the emulated link
+ * (after the link's previous transfer), which is then busy until that time. */
+double fuseLinkStamp(fuseOp* f, int peer, size_t bytes);
+
 /* ---- steps (commfuse_steps.c) ---- */
-/* One point-to-point step on this thread, then the link emulation's sleep if enabled. */
+/* One point-to-point step on this thread; with the emulated link it also carries the
+ * stamps and ends once their link times have passed (see commfuse_flow.h). */
 ncclxResult_t fuseStepRun(fuseOp* f, ncclxXfer* x, int n);
 /* The same step on the helper (inline without one); fuseWait collects it. */
 void fuseStepStart(fuseOp* f, const ncclxXfer* x, int n);
-/* A ring all-gather / reduce-scatter of one slice (byte offsets and lengths), on this
- * thread (Run) or on the helper (Start). See commfuse_steps.c for the layouts. */
+/* A ring all-gather / reduce-scatter of one slice (byte offsets and lengths), run to
+ * completion on this thread. See commfuse_steps.c for the layouts. */
 ncclxResult_t fuseAgSliceRun(fuseOp* f, size_t offBytes, size_t lenBytes);
-void fuseAgSliceStart(fuseOp* f, size_t offBytes, size_t lenBytes);
 ncclxResult_t fuseRsSliceRun(fuseOp* f, char* blocks, size_t lenBytes, char* dst, char* partials);
-void fuseRsSliceStart(fuseOp* f, char* blocks, size_t lenBytes, char* dst, char* partials);
 /* Collect the helper's job (success when none is pending). Errors are the communicator's
  * (already recorded with commFail/commSetError), repeated on this thread. */
 ncclxResult_t fuseWait(fuseOp* f);
@@ -84,12 +76,15 @@ ncclxResult_t fuseScratch(fuseOp* f, size_t bytes, char** out);
 void fuseSlice(const fuseOp* f, int k, int s, size_t* off, size_t* len);
 /* The number of slices SLICED really uses (k, capped by the units in a block). */
 int fuseSliceCount(const fuseOp* f);
+/* The pieces per block RING_P2P uses: sched.slices, or the automatic choice for 0. */
+int fuseRingPieces(const fuseOp* f);
+int fuseAutoPieces(size_t count, size_t typeSize, size_t unit, int nranks);
 
 /* ---- schedules ---- */
 ncclxResult_t fuseAllGather(fuseOp* f);     /* commfuse_ag.c */
 ncclxResult_t fuseReduceScatter(fuseOp* f); /* commfuse_rs.c */
 ncclxResult_t fuseAllToAll(fuseOp* f);      /* commfuse_a2a.c */
-/* RING_P2P as one pipelined job on the helper (commfuse_pipe.c); p = sched.slices pieces. */
+/* RING_P2P pipelined by the computing thread (commfuse_pipe.c), fuseRingPieces pieces. */
 ncclxResult_t fusePipeAllGather(fuseOp* f);
 ncclxResult_t fusePipeReduceScatter(fuseOp* f);
 #endif

@@ -1,99 +1,22 @@
-/* CommFuse RING_P2P as a pipeline: the helper runs every ring step of the call as one job,
- * piece after piece, while the executing thread computes on what has arrived.
+/* CommFuse RING_P2P as a pipeline driven by the computing thread: every ring step of the
+ * call is a flow (commfuse_flow.h) of pieces; the thread posts the transfers, computes one
+ * piece at a time, and between pieces lets the flow test, forward and post what is ready.
  *
- * Handing each step over separately costs two thread handoffs per step, and consumption
- * could only start on a block once all of it had arrived. Here the helper is handed one
- * job per call; the two threads then meet only through piece counters (fuseProgress):
- * the consumer of a counter reads it without a system call and sleeps on a condition
- * variable only when it is behind. With p pieces per block, a received block is consumed
- * (all-gather) or a partial is reduced and forwarded (reduce-scatter) piece by piece, so
- * when communication is slower than compute only one piece of compute is left after the
- * last transfer, instead of one block.
+ * With p pieces per block, a received block is consumed (all-gather) or a partial is
+ * reduced and forwarded (reduce-scatter) piece by piece, so when communication is slower
+ * than compute only one piece of compute is left after the last transfer, instead of one
+ * block; and the pieces of the own block are the moments at which the first transfers
+ * make progress while the own block is being computed.
  *
  * Orders, results and callbacks are those of the step-by-step RING_P2P: blocks r, r-1, ...
  * consumed in that order (own first); partials for r-1, r-2, ..., r produced in that
  * order (own last), each sum taken as own + received, the same chain as SEQUENTIAL. */
-#include <errno.h>
 #include <string.h>
-#include <time.h>
 
-#include "commfuse_internal.h"
+#include "commfuse_flow.h"
+#include "commfuse_trace.h"
 #include "debug.h"
 #include "reduce.h"
-
-/* ---------------- piece counters ---------------- */
-
-static void progInit(fuseProgress* p) {
-  pthread_mutex_init(&p->lock, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&p->cond, &ca);
-  pthread_condattr_destroy(&ca);
-  atomic_store(&p->produced, 0);
-  atomic_store(&p->moved, 0);
-  atomic_store(&p->ended, 0);
-  atomic_store(&p->sleepers, 0);
-}
-
-static void progDestroy(fuseProgress* p) {
-  pthread_cond_destroy(&p->cond);
-  pthread_mutex_destroy(&p->lock);
-}
-
-/* Publish: the store is seq_cst and so is the sleepers load, and a sleeper counts itself
- * before re-reading the counter, so one of the two always sees the other. */
-static void progPublish(fuseProgress* p, atomic_long* counter, long value) {
-  atomic_store(counter, value);
-  if (atomic_load(&p->sleepers) > 0) {
-    pthread_mutex_lock(&p->lock);
-    pthread_cond_broadcast(&p->cond);
-    pthread_mutex_unlock(&p->lock);
-  }
-}
-
-static void progEnd(fuseProgress* p) {
-  atomic_store(&p->ended, 1);
-  pthread_mutex_lock(&p->lock); /* always wake: the waiter may be about to sleep */
-  pthread_cond_broadcast(&p->cond);
-  pthread_mutex_unlock(&p->lock);
-}
-
-/* Sleep until *counter >= target (returns 1), or until stop() says to give up (returns 0).
- * The 10 ms bound on each sleep is only a safety net for stop(); wakeups come from
- * progPublish. */
-static int progWait(fuseProgress* p, atomic_long* counter, long target,
-                    int (*stop)(fuseOp*), fuseOp* f) {
-  if (atomic_load(counter) >= target) return 1;
-  pthread_mutex_lock(&p->lock);
-  atomic_fetch_add(&p->sleepers, 1);
-  int ok;
-  for (;;) {
-    if ((ok = atomic_load(counter) >= target) || stop(f)) break;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += 10 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    (void)pthread_cond_timedwait(&p->cond, &p->lock, &ts);
-  }
-  atomic_fetch_sub(&p->sleepers, 1);
-  pthread_mutex_unlock(&p->lock);
-  return ok;
-}
-
-/* The executing thread stops waiting when the helper's job is over (it failed). */
-static int helperEnded(fuseOp* f) { return atomic_load(&f->prog.ended); }
-/* The helper stops waiting for the compute when the operation is being aborted. */
-static int aborted(fuseOp* f) { return atomic_load(&f->comm->abortFlag) != 0; }
-
-/* The executing thread waits for the helper's piece `target`; on failure, collect it. */
-static ncclxResult_t waitMoved(fuseOp* f, long target) {
-  if (progWait(&f->prog, &f->prog.moved, target, helperEnded, f)) return ncclxSuccess;
-  ncclxResult_t res = fuseWait(f);
-  return res != ncclxSuccess ? res
-                             : ncclxSetError(ncclxInternalError, "%s #%llu: the ring ended early", f->name,
-                                             (unsigned long long)f->seq);
-}
 
 static char* blockAt(const fuseOp* f, int rank, size_t offElems) {
   return (char*)f->recvbuff + ((size_t)rank * f->count + offElems) * f->typeSize;
@@ -101,129 +24,139 @@ static char* blockAt(const fuseOp* f, int rank, size_t offElems) {
 
 /* ---------------- all-gather ---------------- */
 
-/* Helper: step t, piece q forwards piece q of block r-t to r+1 and receives piece q of
- * block r-t-1 from r-1; piece number t*p+q+1 is then complete. */
-static ncclxResult_t jobAgRing(void* arg) {
-  fuseOp* f = arg;
-  ncclxLogSetRank(f->comm->rank);
-  int n = f->comm->nranks, r = f->comm->rank, p = fuseSliceCount(f);
-  ncclxResult_t res = ncclxSuccess;
-  for (int t = 0; t < n - 1 && res == ncclxSuccess; t++)
-    for (int q = 0; q < p && res == ncclxSuccess; q++) {
-      size_t off, len;
-      fuseSlice(f, p, q, &off, &len);
-      ncclxXfer x[2];
-      memset(x, 0, sizeof(x));
-      x[0] = (ncclxXfer){.peer = (r + 1) % n, .isSend = 1, .buf = blockAt(f, (r - t + n) % n, off),
-                         .bytes = len * f->typeSize};
-      x[1] = (ncclxXfer){.peer = (r - 1 + n) % n, .isSend = 0, .buf = blockAt(f, (r - t - 1 + n) % n, off),
-                         .bytes = len * f->typeSize};
-      res = fuseStepRun(f, x, 2);
-      if (res == ncclxSuccess) progPublish(&f->prog, &f->prog.moved, (long)t * p + q + 1);
-    }
-  progEnd(&f->prog);
-  return res;
-}
-
 static ncclxResult_t agConsume(fuseOp* f, int src, int q, int p) {
   size_t off, len;
   fuseSlice(f, p, q, &off, &len);
+  FUSE_TRACE("c.consume", src, q);
   int rc = f->consume(f->user, src, off, blockAt(f, src, off), len);
+  FUSE_TRACE("c.consumed", src, q);
   return rc ? fuseCallbackFailed(f, "consume", src, rc) : ncclxSuccess;
 }
 
+/* Step k = t*p + q forwards piece q of block r-t to r+1 (for t > 0 once it has arrived:
+ * step k-p's receive) and receives piece q of block r-t-1 from r-1. */
+static ncclxResult_t agFlow(fuseOp* f, fuseFlow* w, int p) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  NCCLX_CHECK(fuseFlowInit(w, f, (n - 1) * p));
+  for (int t = 0; t < n - 1; t++)
+    for (int q = 0; q < p; q++) {
+      fuseFlowStep* s = &w->steps[t * p + q];
+      size_t off, len;
+      fuseSlice(f, p, q, &off, &len);
+      /* Step 0 sends the own block from sendbuff: it is copied into recvbuff meanwhile. */
+      char* src = t == 0 ? (char*)f->sendbuff + off * f->typeSize : blockAt(f, (r - t + n) % n, off);
+      s->send = (fuseHalf){.peer = (r + 1) % n, .buf = src, .bytes = len * f->typeSize};
+      s->recv = (fuseHalf){.peer = (r - 1 + n) % n, .buf = blockAt(f, (r - t - 1 + n) % n, off),
+                           .bytes = len * f->typeSize};
+      s->sendAfterRecv = t > 0 ? (t - 1) * p + q : -1;
+    }
+  return ncclxSuccess;
+}
+
 ncclxResult_t fusePipeAllGather(fuseOp* f) {
-  int n = f->comm->nranks, r = f->comm->rank, p = fuseSliceCount(f);
+  int n = f->comm->nranks, r = f->comm->rank, p = fuseRingPieces(f);
   char* own = blockAt(f, r, 0);
-  if (own != (const char*)f->sendbuff) memmove(own, f->sendbuff, f->count * f->typeSize);
-  if (n > 1 && !f->helper)
-    return ncclxSetError(ncclxInternalError, "%s: a pipelined ring needs a progress helper", f->name);
-  progInit(&f->prog);
-  if (n > 1) fuseHelperStart(f->helper, jobAgRing, f);
+  fuseFlow w = {0};
   ncclxResult_t res = ncclxSuccess;
-  for (int q = 0; q < p && res == ncclxSuccess; q++) res = agConsume(f, r, q, p); /* no head */
+  if (n > 1) {
+    NCCLX_CHECK(agFlow(f, &w, p));
+    res = fuseFlowStart(&w);
+  }
+  /* After posting (the transfers start at once); in place, nothing to copy. */
+  FUSE_TRACE("c.placeown", 0, 0);
+  if (own != (const char*)f->sendbuff) memmove(own, f->sendbuff, f->count * f->typeSize);
+  FUSE_TRACE("c.placedown", 0, 0);
+  if (res == ncclxSuccess && n > 1) res = fuseFlowPump(&w);
+  FUSE_TRACE("c.pumped", 0, 0);
+  for (int q = 0; q < p && res == ncclxSuccess; q++) { /* no head */
+    res = agConsume(f, r, q, p);
+    if (res == ncclxSuccess && n > 1) res = fuseFlowPump(&w);
+  }
   for (int t = 1; t < n && res == ncclxSuccess; t++)
     for (int q = 0; q < p && res == ncclxSuccess; q++) {
-      res = waitMoved(f, (long)(t - 1) * p + q + 1);
+      res = fuseFlowWait(&w, (t - 1) * p + q, 0);
       if (res == ncclxSuccess) res = agConsume(f, (r - t + n) % n, q, p);
+      if (res == ncclxSuccess) res = fuseFlowPump(&w);
     }
-  if (res == ncclxSuccess) res = fuseWait(f);
-  progDestroy(&f->prog);
+  if (n > 1) res = fuseFlowEnd(&w, res);
   return res;
 }
 
 /* ---------------- reduce-scatter ---------------- */
 
-static char* rsOut(const fuseOp* f, int t) {
-  return t == f->comm->nranks - 1 ? (char*)f->recvbuff : f->pipeTmp[t % 2];
-}
+static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
-/* Helper: for step t, piece q, once the executing thread has produced it: add the partial
- * received for it (t > 0), then send the sum to r+1 while receiving r-1's partial for step
- * t+1 (t < n-1). The adds happen here, off the compute thread. */
-static ncclxResult_t jobRsRing(void* arg) {
-  fuseOp* f = arg;
-  ncclxLogSetRank(f->comm->rank);
-  int n = f->comm->nranks, r = f->comm->rank, p = fuseSliceCount(f);
-  ncclxResult_t res = ncclxSuccess;
-  for (int t = 0; t < n && res == ncclxSuccess; t++)
-    for (int q = 0; q < p && res == ncclxSuccess; q++) {
-      long piece = (long)t * p + q + 1;
-      if (!progWait(&f->prog, &f->prog.produced, piece, aborted, f)) {
-        res = commCheckHealthy(f->comm);
-        if (res == ncclxSuccess) res = ncclxSetError(ncclxInvalidUsage, "%s #%llu: aborted", f->name,
-                                                     (unsigned long long)f->seq);
-        break;
-      }
+/* Step k = t*p + q sends piece q of step t's sum (once produced and reduced: held) to r+1
+ * and receives r-1's partial for step t+1's piece q into acc[(t+1) % 2]. That buffer was
+ * read by the reduction of step t-1, so receives from t = 2 on are held until then. */
+static ncclxResult_t rsFlow(fuseOp* f, fuseFlow* w, int p, char* tmp[2], char* acc[2]) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  NCCLX_CHECK(fuseFlowInit(w, f, (n - 1) * p));
+  for (int t = 0; t < n - 1; t++)
+    for (int q = 0; q < p; q++) {
+      fuseFlowStep* s = &w->steps[t * p + q];
       size_t off, len;
       fuseSlice(f, p, q, &off, &len);
       size_t offB = off * f->typeSize, lenB = len * f->typeSize;
-      char* out = rsOut(f, t) + offB;
-      if (t > 0) ncclxReduce2(out, out, f->pipeAcc[t % 2] + offB, len, f->type, f->op);
-      if (t < n - 1) {
-        ncclxXfer x[2];
-        memset(x, 0, sizeof(x));
-        x[0] = (ncclxXfer){.peer = (r + 1) % n, .isSend = 1, .buf = out, .bytes = lenB};
-        x[1] = (ncclxXfer){.peer = (r - 1 + n) % n, .isSend = 0, .buf = f->pipeAcc[(t + 1) % 2] + offB,
-                           .bytes = lenB};
-        res = fuseStepRun(f, x, 2);
-      }
-      if (res == ncclxSuccess) progPublish(&f->prog, &f->prog.moved, piece);
+      s->send = (fuseHalf){.peer = (r + 1) % n, .buf = tmp[t % 2] + offB, .bytes = lenB, .held = 1};
+      s->recv = (fuseHalf){.peer = (r - 1 + n) % n, .buf = acc[(t + 1) % 2] + offB, .bytes = lenB, .held = t >= 2};
     }
-  progEnd(&f->prog);
-  return res;
+  return ncclxSuccess;
 }
 
-static size_t align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+/* Add the partial received for piece q of step t (t > 0) and let the sum go on (t < n-1). */
+static ncclxResult_t rsReduce(fuseOp* f, fuseFlow* w, int t, int q, int p, char* out, char* acc[2]) {
+  int n = f->comm->nranks, k = (t - 1) * p + q; /* the receive of r-1's partial for it */
+  size_t off, len;
+  fuseSlice(f, p, q, &off, &len);
+  size_t offB = off * f->typeSize;
+  NCCLX_CHECK(fuseFlowWait(w, k, 0));
+  ncclxReduce2(out + offB, out + offB, acc[t % 2] + offB, len, f->type, f->op);
+  fuseFlowRelease(w, k + 2 * p, 0); /* acc[t % 2] is free for step t+1's receive */
+  if (t < n - 1) fuseFlowRelease(w, t * p + q, 1);
+  return ncclxSuccess;
+}
+
+/* Step t: produce every piece; between pieces, add each received partial as soon as it is
+ * here (in piece order), so a late partial never stops the compute; then add the rest. */
+static ncclxResult_t rsStep(fuseOp* f, fuseFlow* w, int t, int p, char* out, char* acc[2]) {
+  int n = f->comm->nranks, r = f->comm->rank, b = (r - t - 1 + n) % n, reduced = 0;
+  for (int q = 0; q < p; q++) {
+    size_t off, len;
+    fuseSlice(f, p, q, &off, &len);
+    /* tmp[t % 2] held step t-2's sums: they must have gone. */
+    if (t >= 2 && t < n - 1) NCCLX_CHECK(fuseFlowWait(w, (t - 2) * p + q, 1));
+    FUSE_TRACE("c.produce", t, q);
+    int rc = f->produce(f->user, b, off, out + off * f->typeSize, len);
+    FUSE_TRACE("c.produced", t, q);
+    if (rc) return fuseCallbackFailed(f, "produce", b, rc);
+    if (n == 1) continue;
+    if (t == 0) fuseFlowRelease(w, q, 1);
+    NCCLX_CHECK(fuseFlowPump(w));
+    while (t > 0 && reduced <= q && fuseFlowDone(w, (t - 1) * p + reduced, 0))
+      NCCLX_CHECK(rsReduce(f, w, t, reduced++, p, out, acc));
+  }
+  while (t > 0 && n > 1 && reduced < p) NCCLX_CHECK(rsReduce(f, w, t, reduced++, p, out, acc));
+  return n > 1 ? fuseFlowPump(w) : ncclxSuccess;
+}
 
 ncclxResult_t fusePipeReduceScatter(fuseOp* f) {
-  int n = f->comm->nranks, r = f->comm->rank, p = fuseSliceCount(f);
-  if (n > 1 && !f->helper)
-    return ncclxSetError(ncclxInternalError, "%s: a pipelined ring needs a progress helper", f->name);
+  int n = f->comm->nranks, p = fuseRingPieces(f);
   size_t stride = align64(f->count * f->typeSize);
-  char* scratch = NULL;
-  if (n > 1) NCCLX_CHECK(fuseScratch(f, 4 * stride, &scratch));
-  for (int i = 0; i < 2; i++) {
-    f->pipeTmp[i] = scratch ? scratch + (size_t)i * stride : NULL;
-    f->pipeAcc[i] = scratch ? scratch + (size_t)(2 + i) * stride : NULL;
-  }
-  progInit(&f->prog);
-  if (n > 1) fuseHelperStart(f->helper, jobRsRing, f);
+  char *scratch = NULL, *tmp[2] = {NULL, NULL}, *acc[2] = {NULL, NULL};
+  fuseFlow w = {0};
   ncclxResult_t res = ncclxSuccess;
-  for (int t = 0; t < n && res == ncclxSuccess; t++) {
-    int b = (r - t - 1 + n) % n;
-    /* tmp[t % 2] held step t-2's partials: wait until the helper has sent all of them. */
-    if (t >= 2 && t < n - 1) res = waitMoved(f, (long)(t - 1) * p);
-    for (int q = 0; q < p && res == ncclxSuccess; q++) {
-      size_t off, len;
-      fuseSlice(f, p, q, &off, &len);
-      int rc = f->produce(f->user, b, off, rsOut(f, t) + off * f->typeSize, len);
-      if (rc) res = fuseCallbackFailed(f, "produce", b, rc);
-      else if (n > 1) progPublish(&f->prog, &f->prog.produced, (long)t * p + q + 1);
-    }
+  if (n > 1) {
+    NCCLX_CHECK(fuseScratch(f, 4 * stride, &scratch));
+    for (int i = 0; i < 2; i++) tmp[i] = scratch + (size_t)i * stride, acc[i] = scratch + (size_t)(2 + i) * stride;
+    NCCLX_CHECK(rsFlow(f, &w, p, tmp, acc));
+    res = fuseFlowStart(&w);
   }
-  if (res == ncclxSuccess) res = fuseWait(f);
-  progDestroy(&f->prog);
+  for (int t = 0; t < n && res == ncclxSuccess; t++) {
+    char* out = t == n - 1 ? (char*)f->recvbuff : tmp[t % 2];
+    res = rsStep(f, &w, t, p, out, acc);
+  }
+  if (n > 1) res = fuseFlowEnd(&w, res);
   if (res == ncclxSuccess && f->op == ncclxAvg) ncclxAvgFinish(f->recvbuff, f->count, f->type, n);
   return res;
 }

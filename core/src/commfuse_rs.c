@@ -5,7 +5,7 @@
  * remains for the P2P schedules. */
 #include <string.h>
 
-#include "commfuse_internal.h"
+#include "commfuse_flow.h"
 #include "debug.h"
 #include "reduce.h"
 
@@ -22,9 +22,33 @@ static ncclxResult_t finish(fuseOp* f) {
   return ncclxSuccess;
 }
 
-/* SLICED(k), and SEQUENTIAL as its k = 1: slice s of every block is produced while the
- * reduce-scatter of slice s-1 runs on the helper; the last slice's reduce-scatter has
- * nothing left to overlap (the tail) and runs here. */
+/* The ring reduce-scatter of one slice as a flow: nranks pieces of len bytes in `blocks`
+ * (piece b = this rank's contribution to rank b's block). The partial of piece b starts at
+ * rank b+1 and gains one rank's piece per step until it reaches rank b, the same chain and
+ * operand order as RING_P2P and fuseRsSliceRun; the last sum lands in dst. */
+static ncclxResult_t rsSliceFlow(fuseOp* f, fuseFlow* w, char* blocks, size_t len, char* dst, char* partials) {
+  int n = f->comm->nranks, r = f->comm->rank;
+  char* part[2] = {partials, partials + len};
+  NCCLX_CHECK(fuseFlowInit(w, f, n - 1));
+  for (int i = 0; i < n - 1; i++) {
+    int sb = (r - i - 1 + n) % n, rb = (r - i - 2 + 2 * n) % n;
+    fuseFlowStep* st = &w->steps[i];
+    st->send = (fuseHalf){.peer = (r + 1) % n, .buf = i == 0 ? blocks + (size_t)sb * len : part[(i - 1) % 2],
+                          .bytes = len};
+    st->recv = (fuseHalf){.peer = (r - 1 + n) % n, .buf = part[i % 2], .bytes = len};
+    st->sendAfterRecv = i - 1;           /* forwards the sum completed in step i-1 */
+    st->recvAfterSend = i >= 2 ? i - 1 : -1; /* part[i % 2] was sent in step i-1 */
+    st->redDst = i == n - 2 ? dst : part[i % 2];
+    st->redA = blocks + (size_t)rb * len;
+    st->redElems = len / f->typeSize;
+  }
+  ncclxResult_t res = fuseFlowStart(w);
+  return res == ncclxSuccess ? res : fuseFlowEnd(w, res); /* frees it */
+}
+
+/* SLICED(k), and SEQUENTIAL as its k = 1: slice s of every block is produced while slice
+ * s-1's ring reduce-scatter moves (the computing thread makes it progress between the
+ * produce calls); the last slice's has nothing left to overlap (the tail). */
 static ncclxResult_t rsSliced(fuseOp* f, int k) {
   int n = f->comm->nranks, r = f->comm->rank;
   size_t ts = f->typeSize, off, len, maxLen;
@@ -33,19 +57,30 @@ static ncclxResult_t rsSliced(fuseOp* f, int k) {
   char* scratch;
   NCCLX_CHECK(fuseScratch(f, nstage * stageBytes + 2 * maxLen * ts, &scratch));
   char* partials = scratch + nstage * stageBytes;
+  fuseFlow w;
+  int inFlight = 0;
   for (int s = 0; s < k; s++) {
     fuseSlice(f, k, s, &off, &len);
     size_t lenB = len * ts;
     char* stage = scratch + (size_t)(s % 2) * stageBytes;
-    for (int t = 0; t < n; t++) {
+    ncclxResult_t res = ncclxSuccess;
+    for (int t = 0; t < n && res == ncclxSuccess; t++) {
       int b = (r - t - 1 + n) % n;
-      NCCLX_CHECK(produceInto(f, b, off, stage + (size_t)b * lenB, len));
+      res = produceInto(f, b, off, stage + (size_t)b * lenB, len);
+      if (res == ncclxSuccess && inFlight) res = fuseFlowPump(&w);
     }
-    NCCLX_CHECK(fuseWait(f)); /* slice s-1: its stage and the partials are free again */
+    if (inFlight) res = fuseFlowEnd(&w, res); /* slice s-1: its stage and the partials are free */
+    inFlight = 0;
+    NCCLX_CHECK(res);
     char* dst = (char*)f->recvbuff + off * ts;
-    if (s == k - 1) NCCLX_CHECK(fuseRsSliceRun(f, stage, lenB, dst, partials));
-    else fuseRsSliceStart(f, stage, lenB, dst, partials);
+    if (k == 1 || n == 1) {
+      NCCLX_CHECK(fuseRsSliceRun(f, stage, lenB, dst, partials));
+    } else {
+      NCCLX_CHECK(rsSliceFlow(f, &w, stage, lenB, dst, partials));
+      inFlight = 1;
+    }
   }
+  if (inFlight) NCCLX_CHECK(fuseFlowEnd(&w, ncclxSuccess));
   return finish(f);
 }
 

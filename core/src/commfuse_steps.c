@@ -1,38 +1,48 @@
 /* CommFuse step machinery: point-to-point steps on the executing thread or on the helper,
- * ring collectives on one slice (the SEQUENTIAL and SLICED baselines, over the very same
- * steps as the fused schedules), waiting, and aborting on a failed callback. */
+ * ring collectives on one slice run to completion (SEQUENTIAL; SLICED and RING_P2P run the
+ * same rings as flows, commfuse_flow.c), waiting, and aborting on a failed callback. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
 
 #include "commfuse_internal.h"
+#include "commfuse_trace.h"
 #include "debug.h"
 #include "reduce.h"
 
 /* ---------------- steps ---------------- */
 
-static void sleepUntil(const struct timespec* t) {
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, t, NULL) == EINTR) {
-  }
-}
-
 ncclxResult_t fuseStepRun(fuseOp* f, ncclxXfer* x, int n) {
-  struct timespec start;
-  double bps = f->sched.linkBytesPerSec;
-  if (bps > 0) clock_gettime(CLOCK_MONOTONIC, &start);
-  NCCLX_CHECK(xferRun(f->comm, x, n));
-  if (bps <= 0) return ncclxSuccess;
-  /* Emulated link: the step lasts as long as its largest send would take at bps. The
-   * wait is a sleep, so it costs no CPU, like a DMA engine moving the bytes. */
-  size_t bytes = 0;
+  if (f->sched.linkBytesPerSec <= 0) {
+    NCCLX_CHECK(xferRun(f->comm, x, n));
+    FUSE_TRACE("h.landed", 0, 0);
+    return ncclxSuccess;
+  }
+  /* Emulated link: every transfer to or from a peer is preceded by its 8-byte stamp (the
+   * same rule as flows), and the step ends when the last link time has passed. */
+  enum { MAXX = 8 };
+  if (n > MAXX / 2)
+    return ncclxSetError(ncclxInternalError, "%s: a step of %d transfers", f->name, n);
+  ncclxXfer all[MAXX];
+  double stamps[MAXX / 2];
+  int m = 0;
+  memset(all, 0, sizeof(all));
+  for (int i = 0; i < n; i++) {
+    if (x[i].peer != f->comm->rank) {
+      stamps[i] = x[i].isSend ? fuseLinkStamp(f, x[i].peer, x[i].bytes) : 0;
+      all[m++] = (ncclxXfer){.peer = x[i].peer, .isSend = x[i].isSend, .buf = &stamps[i], .bytes = sizeof(double)};
+    } else {
+      stamps[i] = 0;
+    }
+    all[m++] = x[i];
+  }
+  NCCLX_CHECK(xferRun(f->comm, all, m));
+  FUSE_TRACE("h.landed", 0, 0);
+  double until = 0;
   for (int i = 0; i < n; i++)
-    if (x[i].isSend && x[i].peer != f->comm->rank && x[i].bytes > bytes) bytes = x[i].bytes;
-  double sec = (double)bytes / bps;
-  time_t whole = (time_t)sec;
-  start.tv_sec += whole;
-  start.tv_nsec += (long)((sec - (double)whole) * 1e9);
-  if (start.tv_nsec >= 1000000000L) start.tv_sec++, start.tv_nsec -= 1000000000L;
-  sleepUntil(&start);
+    if (stamps[i] > until) until = stamps[i];
+  fuseSleepUntil(until); /* a sleep: the link costs no CPU, like a DMA engine */
+  FUSE_TRACE("h.linkdone", 0, 0);
   return ncclxSuccess;
 }
 
@@ -69,19 +79,6 @@ ncclxResult_t fuseAgSliceRun(fuseOp* f, size_t off, size_t len) {
   return ncclxSuccess;
 }
 
-static ncclxResult_t jobAgSlice(void* arg) {
-  fuseOp* f = arg;
-  ncclxLogSetRank(f->comm->rank);
-  return fuseAgSliceRun(f, f->jobOff, f->jobLen);
-}
-
-void fuseAgSliceStart(fuseOp* f, size_t off, size_t len) {
-  f->jobOff = off;
-  f->jobLen = len;
-  if (f->helper) fuseHelperStart(f->helper, jobAgSlice, f);
-  else f->inlineRes = jobAgSlice(f);
-}
-
 /* Reduce-scatter of nranks contiguous pieces of len bytes (piece b = this rank's
  * contribution to rank b's block) into dst. The partial of piece b starts at rank b+1 and
  * moves one rank forward per step, each rank adding its own piece, until it reaches rank b:
@@ -108,21 +105,6 @@ ncclxResult_t fuseRsSliceRun(fuseOp* f, char* blocks, size_t len, char* dst, cha
     ncclxReduce2(out, blocks + (size_t)rb * len, part[s % 2], elems, f->type, f->op);
   }
   return ncclxSuccess;
-}
-
-static ncclxResult_t jobRsSlice(void* arg) {
-  fuseOp* f = arg;
-  ncclxLogSetRank(f->comm->rank);
-  return fuseRsSliceRun(f, f->jobBase, f->jobLen, f->jobDst, f->jobPartials);
-}
-
-void fuseRsSliceStart(fuseOp* f, char* blocks, size_t len, char* dst, char* partials) {
-  f->jobBase = blocks;
-  f->jobLen = len;
-  f->jobDst = dst;
-  f->jobPartials = partials;
-  if (f->helper) fuseHelperStart(f->helper, jobRsSlice, f);
-  else f->inlineRes = jobRsSlice(f);
 }
 
 /* ---------------- waiting and failing ---------------- */
@@ -187,6 +169,30 @@ int fuseSliceCount(const fuseOp* f) {
   size_t k = (size_t)f->sched.slices;
   if (k > units) k = units;
   return k ? (int)k : 1;
+}
+
+/* RING_P2P's automatic piece count: pieces of about FUSE_AUTO_PIECE_BYTES, at most
+ * FUSE_AUTO_PIECES_BUDGET / nranks of them: 2 at 2 ranks, 1 from 3 ranks on. With p = 1,
+ * what is left after the last transfer when communication dominates is one block of
+ * compute, G/N, so more pieces pay most at few ranks; but each piece costs a handshake and
+ * a smaller GEMM (measured: up to 13% more compute at 4 pieces for wide GEMMs, which
+ * re-read the whole right-hand matrix per piece). fuse-bench's best p at M ~ G was 2 at
+ * 2 ranks and 1 at 4; p = 1 won wherever compute dominated. */
+#define FUSE_AUTO_PIECE_BYTES ((size_t)256 << 10)
+#define FUSE_AUTO_PIECES_BUDGET 4
+
+int fuseAutoPieces(size_t count, size_t typeSize, size_t unit, int nranks) {
+  size_t bytes = count * typeSize, units = unit ? count / unit : count;
+  size_t p = (bytes + FUSE_AUTO_PIECE_BYTES / 2) / FUSE_AUTO_PIECE_BYTES;
+  size_t cap = nranks > 0 ? (size_t)(FUSE_AUTO_PIECES_BUDGET / nranks) : 1;
+  if (p > cap) p = cap;
+  if (p > units) p = units;
+  return p ? (int)p : 1;
+}
+
+int fuseRingPieces(const fuseOp* f) {
+  if (f->sched.slices > 0) return fuseSliceCount(f);
+  return fuseAutoPieces(f->count, f->typeSize, f->sched.unit, f->comm->nranks);
 }
 
 void fuseSlice(const fuseOp* f, int k, int s, size_t* off, size_t* len) {

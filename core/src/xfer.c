@@ -18,15 +18,8 @@
 #include "reduce.h"
 #include "transport.h"
 
-#define XFER_STACK_STATES 64
+#define XFER_STACK_STATES 64 /* pollfds of one sleep */
 
-struct xferState {
-  struct ncclxComm* comm;
-  size_t chunk;
-  size_t msgsTotal, msgsPosted, msgsDone;
-  int prev; /* earlier transfer on the same (comm, peer, direction), or -1 */
-  void* event; /* profiler STEP event, or NULL */
-};
 
 static void stepStart(ncclxXfer* x, struct xferState* s, int i) {
   struct ncclxComm* comm = s->comm;
@@ -182,7 +175,7 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
     }
     if (res != ncclxSuccess) {
       char who[128], notice[1024];
-      /* As in xferTest: a peer that closed may only be the messenger of another rank's
+      /* As in xferTest1: a peer that closed may only be the messenger of another rank's
        * failure, whose abort notice names the culprit. */
       if (xferAwaitNotice(comm, notice, sizeof(notice)))
         return commSetError(comm, ncclxRemoteError, "%s", notice);
@@ -238,7 +231,7 @@ static void xferReduceArrived(ncclxXfer* x, struct xferState* s, int i, int* pro
   }
 }
 
-static ncclxResult_t xferTest(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+static ncclxResult_t xferTest1(ncclxXfer* x, struct xferState* s, int i, int* progress) {
   struct ncclxComm* comm = s[i].comm;
   while (x[i].inflight > x[i].arrived) {
     int slot = (x[i].head + x[i].arrived) % XFER_MAX_INFLIGHT;
@@ -349,11 +342,23 @@ unsigned xferSpinPolls(const struct ncclxComm* comm) {
   return comm->ranksPerHostMax > c ? XFER_SPIN_OVERSUBSCRIBED : XFER_SPIN_POLLS;
 }
 
-ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
+/* ---------------- runs: start, test, wait, end ---------------- */
+
+static ncclxResult_t xferStartWith(struct ncclxComm* comm, ncclxXfer* x, int n, ncclxXferRun* run,
+                                   struct xferState* storage, int capacity) {
+  memset(run, 0, sizeof(*run));
+  run->comm = comm;
+  run->x = x;
+  run->n = n > 0 ? n : 0;
+  run->pending = n > 0;
   if (n <= 0) return ncclxSuccess;
-  struct xferState stackStates[XFER_STACK_STATES];
-  struct xferState* s = n <= XFER_STACK_STATES ? stackStates : malloc(sizeof(*s) * (size_t)n);
-  if (!s) return commFail(comm, ncclxSystemError, "out of memory for %d transfers", n);
+  struct xferState* s = n <= capacity ? storage : malloc(sizeof(*s) * (size_t)n);
+  if (!s) {
+    run->pending = 0;
+    return run->res = commFail(comm, ncclxSystemError, "out of memory for %d transfers", n);
+  }
+  run->s = s;
+  run->ownsStates = s != storage;
   for (int i = 0; i < n; i++) {
     s[i].comm = x[i].comm ? x[i].comm : comm;
     s[i].chunk = x[i].chunk ? x[i].chunk : s[i].comm->chunkBytes;
@@ -369,57 +374,105 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
     x[i].postedBytes = x[i].doneBytes = 0;
     x[i].inflight = x[i].head = x[i].arrived = 0;
   }
-  struct ncclxXferLive live = {x, n};
+  run->live.xfers = x;
+  run->live.n = n;
   pthread_mutex_lock(&comm->liveLock);
-  comm->live = &live;
+  comm->live = &run->live;
   pthread_mutex_unlock(&comm->liveLock);
   ncclxResult_t res = xferSelf(x, s, n);
   if (res == ncclxSuccess) res = xferConnect(x, s, n);
   for (int i = 0; i < n && res == ncclxSuccess; i++)
     if (s[i].msgsDone != s[i].msgsTotal) stepStart(&x[i], &s[i], i);
+  run->lastProgress = nowSec();
+  run->spins = xferSpinPolls(comm);
+  run->res = res;
+  if (res != ncclxSuccess) run->pending = 0;
+  else (void)xferTest(run, NULL); /* post what can go now */
+  return res;
+}
 
-  double lastProgress = nowSec();
-  unsigned idle = 0, spins = xferSpinPolls(comm);
-  while (res == ncclxSuccess) {
-    int progress = 0, pending = 0;
-    for (int i = 0; i < n && res == ncclxSuccess; i++) {
-      if (s[i].msgsDone == s[i].msgsTotal) continue;
-      res = xferPost(x, s, i, &progress);
-      if (res == ncclxSuccess) res = xferTest(x, s, i, &progress);
-      pending |= s[i].msgsDone != s[i].msgsTotal;
-    }
-    if (res != ncclxSuccess || !pending) break;
-    if (progress) {
-      idle = 0;
-      continue;
-    }
-    /* Spin briefly (lowest latency when cores are free), then yield, then sleep in poll(). */
-    if (++idle < spins) continue;
-    if (idle == spins) lastProgress = nowSec(); /* progress stopped a few microseconds ago */
-    /* Sleep only after XFER_YIELD_SEC too: the shared-memory transport arms its doorbell
-     * after ~50 us of idle test() calls, and a sleep before that waits for the poll
-     * timeout instead of the peer's ring. */
-    if (idle < spins + XFER_YIELDS || nowSec() - lastProgress < XFER_YIELD_SEC) {
-      sched_yield();
-      continue;
-    }
-    xferSleep(x, s, n, comm);
-    res = xferCheckStuck(x, s, n, comm, lastProgress);
+ncclxResult_t xferStart(struct ncclxComm* comm, ncclxXfer* x, int n, ncclxXferRun* run) {
+  return xferStartWith(comm, x, n, run, run->inlineStates, XFER_RUN_STATES);
+}
+
+ncclxResult_t xferTest(ncclxXferRun* run, int* progressed) {
+  ncclxXfer* x = run->x;
+  struct xferState* s = run->s;
+  int progress = 0, pending = 0;
+  ncclxResult_t res = run->res;
+  for (int i = 0; i < run->n && res == ncclxSuccess && run->pending; i++) {
+    if (s[i].msgsDone == s[i].msgsTotal) continue;
+    res = xferPost(x, s, i, &progress);
+    if (res == ncclxSuccess) res = xferTest1(x, s, i, &progress);
+    pending |= s[i].msgsDone != s[i].msgsTotal;
   }
+  if (run->pending) run->pending = res == ncclxSuccess && pending;
+  run->res = res;
+  if (progress) run->idle = 0;
+  if (progressed) *progressed = progress;
+  return res;
+}
+
+/* Spin briefly (lowest latency when cores are free), then yield, then sleep in poll(). */
+ncclxResult_t xferIdle(ncclxXferRun* run) {
+  if (run->res != ncclxSuccess || !run->pending) return run->res;
+  if (++run->idle < run->spins) return ncclxSuccess;
+  if (run->idle == run->spins) run->lastProgress = nowSec(); /* stopped a few us ago */
+  /* Sleep only after XFER_YIELD_SEC too: the shared-memory transport arms its doorbell
+   * after ~50 us of idle test() calls, and a sleep before that waits for the poll
+   * timeout instead of the peer's ring. */
+  if (run->idle < run->spins + XFER_YIELDS || nowSec() - run->lastProgress < XFER_YIELD_SEC) {
+    sched_yield();
+    return ncclxSuccess;
+  }
+  xferSleep(run->x, run->s, run->n, run->comm);
+  run->res = xferCheckStuck(run->x, run->s, run->n, run->comm, run->lastProgress);
+  if (run->res != ncclxSuccess) run->pending = 0;
+  return run->res;
+}
+
+ncclxResult_t xferWait(ncclxXferRun* run) {
+  while (run->res == ncclxSuccess && run->pending) {
+    int progress = 0;
+    if (xferTest(run, &progress) != ncclxSuccess || !run->pending) break;
+    if (!progress) (void)xferIdle(run);
+  }
+  return run->res;
+}
+
+ncclxResult_t xferEnd(ncclxXferRun* run) {
+  struct ncclxComm* comm = run->comm;
+  ncclxResult_t res = run->res;
+  if (run->n <= 0) return res;
+  if (res == ncclxSuccess && run->pending)
+    res = commFail(comm, ncclxInternalError, "%s #%llu: transfers ended before they completed",
+                   opName(comm), (unsigned long long)comm->curOpSeq);
   /* On failure, requests still in flight stay with the transport until the connection is
    * closed; the communicator is unusable from here on. */
-  for (int i = 0; i < n; i++) {
-    if (s[i].event && res != ncclxSuccess) {
+  for (int i = 0; run->s && i < run->n; i++) {
+    if (run->s[i].event && res != ncclxSuccess) {
       ncclxProfilerStateArgs_v1_t args = {.result = res, .message = ncclxThreadLastError()};
-      comm->profiler->recordEventState(s[i].event, NCCLX_PROFILE_STATE_FAILED, &args);
+      comm->profiler->recordEventState(run->s[i].event, NCCLX_PROFILE_STATE_FAILED, &args);
     }
-    stepStop(&s[i]);
+    stepStop(&run->s[i]);
   }
   pthread_mutex_lock(&comm->liveLock);
-  comm->live = NULL;
+  if (comm->live == &run->live) comm->live = NULL;
   pthread_mutex_unlock(&comm->liveLock);
-  if (s != stackStates) free(s);
+  if (run->ownsStates) free(run->s);
+  run->s = NULL;
+  run->n = 0;
+  run->pending = 0;
   return res;
+}
+
+ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
+  if (n <= 0) return ncclxSuccess;
+  ncclxXferRun run;
+  struct xferState states[XFER_STACK_STATES];
+  (void)xferStartWith(comm, x, n, &run, states, XFER_STACK_STATES);
+  (void)xferWait(&run);
+  return xferEnd(&run);
 }
 
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,

@@ -63,18 +63,61 @@ typedef struct {
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 
-/* Polls of a waiting rank before it yields: XFER_SPIN_POLLS, or XFER_SPIN_OVERSUBSCRIBED when
- * this host has more ranks than CPUs (spinning then only holds the core the awaited peer
- * needs). Shared by every wait loop of the core. */
-#define XFER_SPIN_POLLS 200u /* ~5 us at ~25 ns per idle poll */
-#define XFER_SPIN_OVERSUBSCRIBED 4u
-unsigned xferSpinPolls(const struct ncclxComm* comm);
+/* Private to xfer.c (here so that a run can be embedded). */
+struct xferState {
+  struct ncclxComm* comm;
+  size_t chunk;
+  size_t msgsTotal, msgsPosted, msgsDone;
+  int prev;    /* earlier transfer on the same (comm, peer, direction), or -1 */
+  void* event; /* profiler STEP event, or NULL */
+};
 
 /* What ncclxCommDump sees of the step in progress (xfer.c publishes it on comm->live). */
 struct ncclxXferLive {
   ncclxXfer* xfers;
   int n;
 };
+
+#define XFER_RUN_STATES 4
+/* xferRun in parts, for a thread that computes while its transfers move and makes them
+ * progress between pieces of work: xferStart posts what it can and returns; xferTest makes
+ * one non-blocking pass (post, test; *progressed says whether anything moved) and leaves
+ * run->pending 0 once every transfer is complete; xferIdle is what a waiter calls after a
+ * pass that moved nothing (spin, then yield, then sleep in poll() for at most 2 ms; it
+ * checks the abort flag, abort notices and the communicator's timeout); xferWait loops
+ * until complete; xferEnd releases the run and returns its result (an error if it was
+ * still pending: call it only once complete, or on a failure path). Errors are recorded
+ * on the communicator as with xferRun, and stick to the run (run->res). Several runs may be
+ * in flight on one communicator from one thread; transfers of later runs to the same
+ * (peer, direction) must be started after the earlier ones (messages match in order).
+ * The buffers and the xfers array must stay valid until xferEnd. */
+typedef struct {
+  struct ncclxComm* comm;
+  ncclxXfer* x;
+  int n;
+  int pending;            /* some transfer is not complete */
+  ncclxResult_t res;
+  /* Private to xfer.c. */
+  struct xferState* s;
+  int ownsStates;
+  unsigned idle, spins;
+  double lastProgress;
+  struct ncclxXferLive live;
+  struct xferState inlineStates[XFER_RUN_STATES];
+} ncclxXferRun;
+
+ncclxResult_t xferStart(struct ncclxComm* comm, ncclxXfer* xfers, int n, ncclxXferRun* run);
+ncclxResult_t xferTest(ncclxXferRun* run, int* progressed);
+ncclxResult_t xferIdle(ncclxXferRun* run);
+ncclxResult_t xferWait(ncclxXferRun* run);
+ncclxResult_t xferEnd(ncclxXferRun* run);
+
+/* Polls of a waiting rank before it yields: XFER_SPIN_POLLS, or XFER_SPIN_OVERSUBSCRIBED when
+ * this host has more ranks than CPUs (spinning then only holds the core the awaited peer
+ * needs). Shared by every wait loop of the core. */
+#define XFER_SPIN_POLLS 200u /* ~5 us at ~25 ns per idle poll */
+#define XFER_SPIN_OVERSUBSCRIBED 4u
+unsigned xferSpinPolls(const struct ncclxComm* comm);
 
 /* Shorthands for the common steps of collective algorithms. A peer < 0 skips that half. */
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,

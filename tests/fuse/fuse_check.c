@@ -121,10 +121,18 @@ static void checkCounters(const Ctx* c) {
   }
 }
 
-static int slicesUsed(const ncclxFuseSchedule_t* s, size_t count, int a2a) {
+/* Callbacks per block: the library says (RING_P2P's automatic count included); the
+ * all-to-all's RING_P2P moves whole blocks. Cross-check the explicit counts by hand. */
+static int slicesUsed(const ncclxFuseSchedule_t* s, size_t count, ncclxDataType_t type, int nranks, int a2a) {
   if (s->algo != ncclxFuseSliced && (s->algo != ncclxFuseRingP2P || a2a)) return 1;
+  int p = ncclxFuseSchedulePieces(*s, count, type, nranks);
   size_t units = count / (s->unit ? s->unit : 1);
-  return units < (size_t)s->slices ? (units ? (int)units : 1) : s->slices;
+  int byHand = units < (size_t)s->slices ? (units ? (int)units : 1) : s->slices;
+  if (s->slices > 0 && p != byHand) {
+    fprintf(stderr, "FAIL ncclxFuseSchedulePieces says %d pieces, expected %d\n", p, byHand);
+    g_failures++;
+  }
+  return p;
 }
 
 static void runAllGather(ncclxComm_t comm, Ctx* c, ncclxStream_t stream, int inPlace) {
@@ -139,7 +147,7 @@ static void runAllGather(ncclxComm_t comm, Ctx* c, ncclxStream_t stream, int inP
   c->seen = calloc(1, total ? total : 1);
   c->hits = calloc((size_t)n * c->count + 1, sizeof(int));
   c->calls = c->consumeCalls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
-  c->slices = slicesUsed(&c->sched, c->count, 0);
+  c->slices = slicesUsed(&c->sched, c->count, c->type, c->nranks, 0);
   for (size_t i = 0; i < c->count; i++) mpSet(send, i, c->type, inputValue(c->rank, c->rank, i, c->type, ncclxSum));
   MP_CALL(c->rank, comm, ncclxAllGather(send, ref, c->count, c->type, comm, NULL));
   const void* src = send;
@@ -174,7 +182,7 @@ static void runReduceScatter(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
   c->seen = NULL;
   c->hits = calloc((size_t)n * c->count + 1, sizeof(int));
   c->calls = c->consumeCalls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
-  c->slices = slicesUsed(&c->sched, c->count, 0);
+  c->slices = slicesUsed(&c->sched, c->count, c->type, c->nranks, 0);
   for (int b = 0; b < n; b++)
     for (size_t i = 0; i < c->count; i++)
       mpSet(send, (size_t)b * c->count + i, c->type, inputValue(c->rank, b, i, c->type, c->op));
@@ -212,7 +220,7 @@ static void runAllToAll(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
   c->hits = calloc((size_t)n * c->count + 1, sizeof(int));
   c->consumeHits = calloc((size_t)n * c->count + 1, sizeof(int));
   c->calls = c->consumeCalls = c->orderErrors = c->ptrErrors = c->rangeErrors = 0;
-  c->slices = slicesUsed(&c->sched, c->count, 1);
+  c->slices = slicesUsed(&c->sched, c->count, c->type, c->nranks, 1);
   c->op = ncclxSum; /* inputValue's plain range */
   for (int b = 0; b < n; b++)
     for (size_t i = 0; i < c->count; i++)
@@ -258,8 +266,8 @@ static void checkBadArgs(ncclxComm_t comm, Ctx* c) {
   cases[3].res = ncclxComputeReduceScatter(produceCb, c, buf, 4, ncclxInt8, ncclxSum, badUnit, comm, NULL);
   cases[4].what = "reduction op 99";
   cases[4].res = ncclxComputeReduceScatter(produceCb, c, buf, 1, ncclxInt8, (ncclxRedOp_t)99, NCCLX_FUSE_RING_P2P, comm, NULL);
-  cases[5].what = "RING_P2P with 0 pieces";
-  cases[5].res = ncclxAllGatherCompute(buf, buf, 1, ncclxInt8, consumeCb, c, NCCLX_FUSE_RING_P2P_PIECES(0), comm, NULL);
+  cases[5].what = "RING_P2P with -1 pieces";
+  cases[5].res = ncclxAllGatherCompute(buf, buf, 1, ncclxInt8, consumeCb, c, NCCLX_FUSE_RING_P2P_PIECES(-1), comm, NULL);
   cases[6].what = "NULL produce (all-to-all)";
   cases[6].res = ncclxAllToAllCompute(NULL, consumeCb, c, buf, 1, ncclxInt8, NCCLX_FUSE_RING_P2P, comm, NULL);
   for (int i = 0; i < 7; i++)
@@ -340,6 +348,14 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   c.sched.linkBytesPerSec = 1e9;
   runReduceScatter(comm, &c, NULL);
   runAllToAll(comm, &c, NULL);
+  c.sched = NCCLX_FUSE_SLICED(3); /* flows with the link's stamps */
+  c.sched.linkBytesPerSec = 1e9;
+  runAllGather(comm, &c, NULL, 1);
+  runReduceScatter(comm, &c, NULL);
+  c.sched = NCCLX_FUSE_SEQUENTIAL; /* steps with the link's stamps */
+  c.sched.linkBytesPerSec = 1e9;
+  runAllGather(comm, &c, NULL, 0);
+  runReduceScatter(comm, &c, NULL);
 
   /* count 0: no callbacks, success. */
   c.count = 0;

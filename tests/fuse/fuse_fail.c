@@ -40,7 +40,9 @@ typedef struct {
 
 static int shouldFail(Ctx* c) {
   ncclxFuseAlgo_t algo = c->sc->sched.algo;
-  int pieces = algo == ncclxFuseSliced || (algo == ncclxFuseRingP2P && c->sc->ag != OP_A2A) ? c->sc->sched.slices : 1;
+  int pieces = algo == ncclxFuseSliced || (algo == ncclxFuseRingP2P && c->sc->ag != OP_A2A)
+                   ? ncclxFuseSchedulePieces(c->sc->sched, COUNT, ncclxFloat32, c->nranks)
+                   : 1;
   int total = c->nranks * pieces * (c->sc->ag == OP_A2A ? 2 : 1); /* A2A: produce and consume */
   int at = c->sc->failCall >= 0 ? c->sc->failCall : total - 1;
   return c->armed && c->rank == c->sc->failRank && c->calls++ == at;

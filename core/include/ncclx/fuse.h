@@ -29,8 +29,9 @@
  *
  * Semantics, every schedule: the results equal the unfused collective followed (AG) or
  * preceded (RS) by the same callbacks. Callbacks run on the thread executing the call (the
- * caller with stream NULL, the stream's thread otherwise), one at a time, while a progress
- * thread moves data. They must not call ncclx on the same communicator. A callback that
+ * caller with stream NULL, the stream's thread otherwise), one at a time; between them
+ * that thread makes the transfers progress (RING_P2P, SLICED), or a progress thread moves
+ * them (DIRECT_P2P, all-to-all). They must not call ncclx on the same communicator. A callback that
  * returns non-zero aborts the operation on every rank: this rank returns
  * ncclxInvalidUsage, the others ncclxRemoteError naming it, and the communicator is
  * unusable afterwards (like any communication failure).
@@ -60,21 +61,25 @@ typedef struct {
    * k units). SLICED(1) is SEQUENTIAL.
    * RING_P2P (all-gather and reduce-scatter): the number of pieces p >= 1 each block is
    * cut into inside the ring pipeline, so a received block is consumed (or a partial is
-   * forwarded) piece by piece as it arrives; p = 1 moves whole blocks. Other schedules
-   * ignore it. */
+   * forwarded) piece by piece as it arrives; p = 1 moves whole blocks; 0 (the default,
+   * NCCLX_FUSE_RING_P2P) chooses: pieces of about 256 KiB, at most 4 / nranks of them
+   * (2 at 2 ranks, else 1; see ncclxFuseSchedulePieces). Other schedules ignore it. */
   int slices;
   /* Slices are cut at multiples of `unit` elements (a matrix row, say); 0 means 1. Every
    * schedule requires the block count to be a multiple of unit. */
   size_t unit;
-  /* Benchmark only, 0 = off: make every communication step last at least
-   * (bytes sent to one peer) / linkBytesPerSec by sleeping after it, to emulate a link
-   * whose transfers cost no CPU (a NIC or NVLink) on a machine where copies do. */
+  /* Benchmark only, 0 = off: emulate a link of this many bytes/s per direction whose
+   * transfers cost no CPU (a NIC or NVLink with DMA). A transfer of b bytes posted at time
+   * t is complete, on both sides, no earlier than max(t, the end of the previous transfer
+   * on that link) + b / linkBytesPerSec; the sender tells the receiver that time in an
+   * 8-byte message ahead of the data. Waiting for it is a sleep. One host only (the
+   * ranks compare CLOCK_MONOTONIC times). */
   double linkBytesPerSec;
 } ncclxFuseSchedule_t;
 
 #define NCCLX_FUSE_SEQUENTIAL ((ncclxFuseSchedule_t){ncclxFuseSequential, 1, 0, 0.0})
 #define NCCLX_FUSE_SLICED(k) ((ncclxFuseSchedule_t){ncclxFuseSliced, (k), 0, 0.0})
-#define NCCLX_FUSE_RING_P2P ((ncclxFuseSchedule_t){ncclxFuseRingP2P, 1, 0, 0.0})
+#define NCCLX_FUSE_RING_P2P ((ncclxFuseSchedule_t){ncclxFuseRingP2P, 0, 0, 0.0})
 #define NCCLX_FUSE_RING_P2P_PIECES(p) ((ncclxFuseSchedule_t){ncclxFuseRingP2P, (p), 0, 0.0})
 #define NCCLX_FUSE_DIRECT_P2P ((ncclxFuseSchedule_t){ncclxFuseDirectP2P, 1, 0, 0.0})
 
@@ -123,6 +128,12 @@ ncclxResult_t ncclxAllToAllCompute(ncclxFuseProduceFn produce, ncclxFuseConsumeF
                                    void* user, void* recvbuff, size_t count,
                                    ncclxDataType_t datatype, ncclxFuseSchedule_t schedule,
                                    ncclxComm_t comm, ncclxStream_t stream);
+
+/* How many pieces (RING_P2P) or slices (SLICED) per block the schedule cuts a block of
+ * count elements into on a communicator of nranks ranks, i.e. how many callbacks each
+ * block gets: 1 for the others. */
+int ncclxFuseSchedulePieces(ncclxFuseSchedule_t schedule, size_t count, ncclxDataType_t datatype,
+                            int nranks);
 
 /* "sequential", "sliced", "ring_p2p", "direct_p2p"; "unknown" otherwise. */
 const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo);
