@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,8 +309,10 @@ static void llWaiterInit(llWaiter* w, struct ncclxComm* comm, struct ncclxLLBoar
   w->spins = xferSpinPolls(comm);
 }
 
+/* No fence between our stores and this check (two per call would cost more than the rest
+ * of a small call's bookkeeping): in the rare race where a waiter goes to sleep just as we
+ * publish, it sleeps out its 1 ms futex timeout and then sees the data. */
 static void llWakeSleepers(struct ncclxLLBoard* b) {
-  atomic_thread_fence(memory_order_seq_cst); /* our stores before the sleepers check */
   if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) == 0) return;
   atomic_fetch_add(&b->hdr->wake, 1);
   syscall(SYS_futex, (uint32_t*)&b->hdr->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -484,10 +487,20 @@ static ncclxResult_t llReduceAll(llCall* c, size_t off, size_t count, void* dst)
   const ncclxCollArgs* a = c->a;
   size_t bytes = count * ncclxTypeSize(a->datatype);
   _Alignas(64) unsigned char tmp[COLL_LL_MAX_BYTES_LIMIT];
-  NCCLX_CHECK(llRead(c, 0, off, bytes, dst));
+  /* Our own input straight from the send buffer, unless dst overwrites it (in place). */
+  const char* own = (const char*)a->sendbuff + off;
+  uintptr_t o = (uintptr_t)own, d = (uintptr_t)dst;
+  int ownDirect = bytes && (o + bytes <= d || d + bytes <= o);
+  int me = c->comm->rank;
+  if (me == 0 && ownDirect) memcpy(dst, own, bytes);
+  else NCCLX_CHECK(llRead(c, 0, off, bytes, dst));
   for (int r = 1; r < c->comm->nranks; r++) {
-    NCCLX_CHECK(llRead(c, r, off, bytes, tmp));
-    ncclxReduce2(dst, dst, tmp, count, a->datatype, a->op);
+    const void* src = own;
+    if (r != me || !ownDirect) {
+      NCCLX_CHECK(llRead(c, r, off, bytes, tmp));
+      src = tmp;
+    }
+    ncclxReduce2(dst, dst, src, count, a->datatype, a->op);
   }
   if (a->op == ncclxAvg) ncclxAvgFinish(dst, count, a->datatype, c->comm->nranks);
   return ncclxSuccess;

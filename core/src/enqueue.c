@@ -322,6 +322,15 @@ API ncclxResult_t ncclxGroupEnd(void) {
 /* ---------------- submission ---------------- */
 
 static ncclxResult_t submit(struct ncclxOp* tmpl) {
+  if (groupDepth == 0 && !tmpl->stream) {
+    /* Runs now on the calling thread: the caller's copy serves, no allocation. */
+    tmpl->next = NULL;
+    commRetain(tmpl->comm);
+    ncclxResult_t res = execList(tmpl);
+    commRelease(tmpl->comm);
+    free(tmpl->vcounts);
+    return res;
+  }
   struct ncclxOp* op = malloc(sizeof(*op));
   if (!op) {
     free(tmpl->vcounts);
