@@ -124,10 +124,11 @@ TOOL_API void ncclxTuneToolReduce(void* dst, const void* src, size_t count, nccl
   ncclxReduceInPlace(dst, src, count, type, ncclxSum);
 }
 
-/* The LL protocol's constants, measured here (2 ranks, allreduce of 8 B .. 2 KiB: 0.6 to
- * 1.4 us, against 0.8 to 1.5 us on the simple protocol): a call's fixed cost and the cost
- * of a byte written or read through the board's cache lines. */
-#define TUNE_LL_ALPHA_US 0.60
+/* The LL protocol's constants, measured here against the simple protocol in the same runs
+ * (2 ranks, allreduce: 8 B 0.29 vs 0.59 us, 512 B 0.42 vs 0.68 us, 4 KiB 1.75 vs 1.4 us)
+ * and scaled to the model's shm alpha: a call's fixed cost and the cost of a byte written
+ * or read through the board's cache lines. */
+#define TUNE_LL_ALPHA_US 0.40
 #define TUNE_LL_BETA_US_PER_BYTE 8.0e-5
 
 /* Fills the cost table of one call: NCCLX_TUNER_IGNORE everywhere except the entries that can
