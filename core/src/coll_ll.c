@@ -121,14 +121,17 @@ int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t ca
 
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
                        double alphaUs, double betaUsPerByte, double gammaUsPerByte) {
+  /* What a rank reads from the others' lines (its own part comes from its send buffer). */
   double n = comm->nranks, in = (double)llInputBytes(comm, coll, callBytes);
   double read = 0, reduce = 0;
   switch (coll) {
-    case NCCLX_COLL_ALLREDUCE: read = n * in, reduce = n * in; break;
-    case NCCLX_COLL_REDUCE: read = n * in, reduce = n * in; break;
-    case NCCLX_COLL_REDUCESCATTER: read = in, reduce = in; break;
+    case NCCLX_COLL_ALLREDUCE:
+    case NCCLX_COLL_REDUCE: read = reduce = (n - 1) * in; break;
+    case NCCLX_COLL_REDUCESCATTER: read = reduce = (n - 1) * in / n; break;
+    case NCCLX_COLL_ALLTOALL: read = (n - 1) * in / n; break; /* in: the whole send buffer */
     case NCCLX_COLL_BROADCAST: read = in; break;
-    default: read = n * in; break; /* allgather, alltoall (in is the whole send), barrier */
+    case NCCLX_COLL_BARRIER: read = n * 64; break; /* one line per rank */
+    default: read = (n - 1) * in; break; /* allgather */
   }
   /* Reading a line another core just wrote costs a cache-line transfer per 48 bytes. */
   return alphaUs + (in + read) * betaUsPerByte + reduce * gammaUsPerByte;
@@ -563,12 +566,20 @@ ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
         NCCLX_CHECK(llRead(&c, a->root, 0, bytes, recv));
       }
       break;
-    case NCCLX_COLL_ALLGATHER:
-      for (int r = 0; r < n; r++) NCCLX_CHECK(llRead(&c, r, 0, bytes, recv + (size_t)r * bytes));
+    case NCCLX_COLL_ALLGATHER: /* our own block from the send buffer (if not in place) */
+      for (int r = 0; r < n; r++) {
+        char* to = recv + (size_t)r * bytes;
+        if (r != me) NCCLX_CHECK(llRead(&c, r, 0, bytes, to));
+        else if (bytes && to != (const char*)a->sendbuff) memmove(to, a->sendbuff, bytes);
+      }
       break;
-    case NCCLX_COLL_ALLTOALL:
-      for (int r = 0; r < n; r++)
-        NCCLX_CHECK(llRead(&c, r, (size_t)me * bytes, bytes, recv + (size_t)r * bytes));
+    case NCCLX_COLL_ALLTOALL: /* in place, our own block is already where it goes */
+      for (int r = 0; r < n; r++) {
+        char* to = recv + (size_t)r * bytes;
+        const char* mine = (const char*)a->sendbuff + (size_t)me * bytes;
+        if (r != me) NCCLX_CHECK(llRead(&c, r, (size_t)me * bytes, bytes, to));
+        else if (bytes && to != mine) memmove(to, mine, bytes);
+      }
       break;
     case NCCLX_COLL_BARRIER:
       for (int r = 0; r < n; r++) NCCLX_CHECK(llRead(&c, r, 0, 0, NULL));
