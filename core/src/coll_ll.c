@@ -1,16 +1,16 @@
 /* The low-latency (LL) protocol: small collectives of ranks that share one host, through one
  * shared-memory board per communicator.
  *
- * Each rank owns a region of 64-byte lines in each of two banks; a line carries 48 bytes of
+ * Each rank owns a region of 64-byte lines in each of LL_BANKS banks; a line carries 48 bytes of
  * data, the call's signature and the call's sequence number, so data and flag arrive in the
  * same cache line and a reader needs no separate doorbell or fence per message. Every LL
  * collective is one round: each rank that contributes writes its whole input into its region
- * of bank (seq & 1), then reads what it needs from the others' regions (allreduce: all of
+ * of bank (seq % LL_BANKS), then reads what it needs from the others' regions (allreduce: all of
  * them, reduced in rank order so that every rank computes the same bits; broadcast: the
  * root's; alltoall: its block of each). No transport connection is used.
  *
- * Reuse of a bank: call k overwrites call k-2's lines, so a writer first makes sure every
- * rank has finished call k-2 (ctl[r].done). After a call that read every rank's lines of
+ * Reuse of a bank: call k overwrites call k-LL_BANKS's lines, so a writer first makes sure
+ * every rank has finished that call (ctl[r].done). After a call that read every rank's lines of
  * call k, every rank has finished call k-1 (it wrote call k after it), so in the usual
  * back-to-back allreduces the check costs nothing; broadcast and reduce, where a rank can run
  * ahead, read the done counters.
@@ -44,6 +44,9 @@
 #include "xfer.h"
 
 #define LL_PAYLOAD 48
+/* Banks in turn: a rank that only writes (a broadcast root, a reduce's non-roots) may run this
+ * many calls ahead of the slowest reader before it waits. */
+#define LL_BANKS 4
 #define LL_MAGIC 0x6472616f624c4c78ull /* "xLLboard" */
 #define LL_READY 0x59444552u
 #define LL_DEFAULT_MAX_BYTES 4096
@@ -141,7 +144,7 @@ double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_
 
 static size_t llBoardBytes(int nranks, size_t perRegion) {
   return sizeof(llHeader) + (size_t)nranks * sizeof(llCtl) +
-         2 * (size_t)nranks * perRegion * sizeof(llLine);
+         LL_BANKS * (size_t)nranks * perRegion * sizeof(llLine);
 }
 
 static double llNowSec(void) {
@@ -267,8 +270,8 @@ static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) 
     shm_unlink(b->name); /* everyone has it: nothing left behind, whatever happens next */
     b->unlinked = 1;
   }
-  INFO(NCCLX_LOG_INIT, "LL protocol: board /dev/shm%s, %zu bytes (%d ranks x %zu bytes x 2 banks)",
-       b->name, b->mapBytes, comm->nranks, b->perRegion * LL_PAYLOAD);
+  INFO(NCCLX_LOG_INIT, "LL protocol: board /dev/shm%s, %zu bytes (%d ranks x %zu bytes x %d banks)",
+       b->name, b->mapBytes, comm->nranks, b->perRegion * LL_PAYLOAD, LL_BANKS);
   comm->ll = b;
   *out = b;
   return ncclxSuccess;
@@ -482,11 +485,11 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
   return ncclxSuccess;
 }
 
-/* Before writing call seq into its bank: every rank has finished call seq - 2. */
+/* Before writing call seq into its bank: every rank has finished call seq - LL_BANKS. */
 static ncclxResult_t llWaitReusable(llCall* c) {
   struct ncclxLLBoard* b = c->b;
-  if (c->seq <= 2 || b->knownDone >= c->seq - 2) return ncclxSuccess;
-  uint64_t want = c->seq - 2, least = UINT64_MAX;
+  if (c->seq <= LL_BANKS || b->knownDone >= c->seq - LL_BANKS) return ncclxSuccess;
+  uint64_t want = c->seq - LL_BANKS, least = UINT64_MAX;
   for (int r = 0; r < c->comm->nranks; r++) {
     uint64_t d;
     while ((d = atomic_load_explicit(&b->ctl[r].done, memory_order_acquire)) < want)
@@ -528,7 +531,7 @@ ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   NCCLX_CHECK(llBoard(comm, &c.b));
   c.seq = ++c.b->seq;
   c.sig = llSig(a);
-  c.bank = c.b->lines + (size_t)(c.seq & 1) * (size_t)n * c.b->perRegion;
+  c.bank = c.b->lines + (size_t)(c.seq % LL_BANKS) * (size_t)n * c.b->perRegion;
   llWaiterInit(&c.w, comm, c.b);
 
   size_t in = a->count * sz; /* bytes this rank contributes */
