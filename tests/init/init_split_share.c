@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "init_fork.h"
 #include "ncclx.h"
 #include "peers.h"
 
@@ -147,37 +148,4 @@ static int rankMain(int rank, ncclxUniqueId id) {
   return bad ? 1 : 0;
 }
 
-int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  ncclxUniqueId id;
-  if (ncclxGetUniqueId(&id) != ncclxSuccess) {
-    fprintf(stderr, "ncclxGetUniqueId: %s\n", ncclxGetLastError(NULL));
-    return 1;
-  }
-  pid_t pids[NRANKS];
-  for (int r = 0; r < NRANKS; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, id));
-  }
-  int bad = 0, left = NRANKS;
-  time_t deadline = time(NULL) + 90;
-  while (left > 0 && time(NULL) < deadline) {
-    int st;
-    pid_t p = waitpid(-1, &st, WNOHANG);
-    if (p > 0) {
-      left--;
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
-    } else {
-      usleep(10000);
-    }
-  }
-  if (left > 0) {
-    fprintf(stderr, "FAIL: %d ranks still running after 90 s, killed\n", left);
-    for (int r = 0; r < NRANKS; r++) kill(pids[r], SIGKILL);
-    while (waitpid(-1, NULL, 0) > 0) {
-    }
-    bad += left;
-  }
-  printf("init_split_share: %s\n", bad ? "FAIL" : "PASS");
-  return bad ? 1 : 0;
-}
+int main(void) { return initForkRanks("init_split_share", NRANKS, rankMain, 90); }
