@@ -13,32 +13,15 @@ shared memory off so that every byte goes through it) with the trace profiler lo
 2. events = coll: the core sends no NET events (the activation mask is honoured), although
    the plugin calls env->profiler for every transfer.
 """
-import glob
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
+from trace_run import load_traces as load, run_perf
+
 PROFTEST_ID = 0x7E0000F1
-
-
-def run(perf, plugin, events, outdir):
-    env = dict(os.environ)
-    env.update({"NCCLX_NET_PLUGIN": plugin, "NCCLX_CORE_SHM": "false", "NCCLX_PROFILER_PLUGIN": "trace",
-                "NCCLX_PROFILER_TRACE_DIR": outdir, "NCCLX_PROFILER_TRACE_EVENTS": events,
-                "NCCLX_PROFILER_TRACE_SUMMARY": "none", "NCCLX_DEBUG": "INFO", "NCCLX_DEBUG_SUBSYS": "PLUGIN,NET"})
-    cmd = [perf, "allreduce", "-np", "2", "-b", "8", "-e", "256K", "-f", "8", "-n", "5", "-w", "1", "-T", "100"]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=110)
-    return p.returncode, p.stdout
-
-
-def load(outdir):
-    traces = {}
-    for path in sorted(glob.glob(os.path.join(outdir, "trace-*-rank*.json"))):
-        with open(path) as f:
-            traces[path] = [json.loads(l.rstrip(",\n")) for l in f if l.strip() not in ("[", "]", "")]
-    return traces
 
 
 def check_nested(path, evs, errors):
@@ -78,7 +61,7 @@ def main():
     errors = []
     with tempfile.TemporaryDirectory(prefix="ncclx-net-events-") as tmp:
         on = os.path.join(tmp, "on")
-        rc, out = run(perf, plugin, "coll,step,net", on)
+        rc, out = run_perf(perf, on, "coll,step,net", "256K", {"NCCLX_NET_PLUGIN": plugin})
         print(out)
         if rc != 0:
             errors.append("ncclx-perf exited %d with the proftest plugin" % rc)
@@ -105,7 +88,7 @@ def main():
                 errors.append("the merged trace lost the NET events")
 
         off = os.path.join(tmp, "off")
-        rc, out = run(perf, plugin, "coll", off)
+        rc, out = run_perf(perf, off, "coll", "256K", {"NCCLX_NET_PLUGIN": plugin})
         if rc != 0:
             print(out)
             errors.append("ncclx-perf exited %d with events = coll" % rc)

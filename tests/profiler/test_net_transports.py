@@ -15,37 +15,14 @@ network) with the trace profiler loaded:
 3. with the OFI plugin given and its tcp;ofi_rxm provider available: as 1, with the plugin
    id 0x4f4649. Skipped (not failed) when the provider is missing.
 """
-import glob
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
+from trace_run import load_traces as load, run_perf
+
 SOCKET_ID = 0x534F434B
 OFI_ID = 0x4F4649
-
-
-def run(perf, outdir, events, extra_env):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("NCCLX_NET_") and k != "NCCLX_NET_SOCKET_IFNAME":
-            del env[k]
-    env.update({"NCCLX_CORE_SHM": "false", "NCCLX_PROFILER_PLUGIN": "trace", "NCCLX_PROFILER_TRACE_DIR": outdir,
-                "NCCLX_PROFILER_TRACE_EVENTS": events, "NCCLX_PROFILER_TRACE_SUMMARY": "none",
-                "NCCLX_DEBUG": "INFO", "NCCLX_DEBUG_SUBSYS": "PLUGIN,NET"})
-    env.update(extra_env)
-    cmd = [perf, "allreduce", "-np", "2", "-b", "8", "-e", "64K", "-f", "8", "-n", "5", "-w", "1", "-T", "100"]
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=110)
-    return p.returncode, p.stdout
-
-
-def load(outdir):
-    traces = {}
-    for path in sorted(glob.glob(os.path.join(outdir, "trace-*-rank*.json"))):
-        with open(path) as f:
-            traces[path] = [json.loads(l.rstrip(",\n")) for l in f if l.strip() not in ("[", "]", "")]
-    return traces
 
 
 def check(name, outdir, plugin_id, errors):
@@ -93,14 +70,14 @@ def main():
     errors = []
     with tempfile.TemporaryDirectory(prefix="ncclx-net-transports-") as tmp:
         d = os.path.join(tmp, "socket")
-        rc, out = run(perf, d, "coll,step,net", {})
+        rc, out = run_perf(perf, d, "coll,step,net", "64K", {}, True)
         if rc != 0:
             print(out)
             errors.append("socket: ncclx-perf exited %d" % rc)
         check("socket", d, SOCKET_ID, errors)
 
         d = os.path.join(tmp, "socket-off")
-        rc, out = run(perf, d, "coll", {})
+        rc, out = run_perf(perf, d, "coll", "64K", {}, True)
         if rc != 0:
             print(out)
             errors.append("socket, events = coll: ncclx-perf exited %d" % rc)
@@ -112,8 +89,8 @@ def main():
 
         if ofi and os.path.exists(ofi):
             d = os.path.join(tmp, "ofi")
-            rc, out = run(perf, d, "coll,step,net", {"NCCLX_NET_PLUGIN": ofi, "NCCLX_NET_OFI_PROVIDER": "tcp;ofi_rxm",
-                                                     "NCCLX_NET_OFI_DOMAIN": "lo"})
+            rc, out = run_perf(perf, d, "coll,step,net", "64K", {"NCCLX_NET_PLUGIN": ofi, "NCCLX_NET_OFI_PROVIDER": "tcp;ofi_rxm",
+                                                     "NCCLX_NET_OFI_DOMAIN": "lo"}, True)
             if rc != 0 and "not available" in out:
                 print("ofi: provider tcp;ofi_rxm not available here: skipped")
             elif rc != 0 or "using plugin 'ofi'" not in out:
