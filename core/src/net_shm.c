@@ -228,6 +228,11 @@ int ncclxShmCommMode(void* comm) {
   return c->mode;
 }
 
+void ncclxShmPreferCopy(void* sendComm, int prefer) {
+  shmComm* c = sendComm;
+  if (c && c->kind == SHM_KIND_SEND && c->ctx->pref == SHM_PREF_AUTO) c->preferCopy = prefer != 0;
+}
+
 SHM_EXPORT const ncclxNet_v1_t SHM_PLUGIN_SYMBOL = {
     .name = "shm",
     .abiVersion = NCCLX_NET_ABI_VERSION,

@@ -18,8 +18,13 @@
  * Messages (in order, one ring per connection; see shm_data.c):
  *   <= slot size:           copied into a slot and out again; <= 32 B ride with the flag.
  *   larger, CMA available:  the receiver reads the sender's buffer with process_vm_readv
- *                           (in cma_chunk_bytes pieces) straight into the user buffer.
- *   larger, no CMA:         pipelined through the ring in slot-sized fragments.
+ *                           (in cma_chunk_bytes pieces) straight into the user buffer,
+ *                           unless the core asked this connection for double copy.
+ *   larger, otherwise:      pipelined through the ring in slot-sized fragments.
+ * Which of the last two is faster depends on the host: in this VM process_vm_readv copies at
+ * ~11 GB/s (page pinning per call) where memcpy runs at ~40 GB/s in cache, so two pipelined
+ * copies on two cores beat one CMA copy 1.3-2x when every rank has a CPU of its own; with
+ * ranks waiting for CPUs, the receiver pulling alone (the sender need not run) pays off.
  * A receive may be larger than the send (test() reports the real size); a send larger than
  * the posted receive fails the receiver (and a CMA sender) with ncclxRemoteError.
  *
@@ -40,7 +45,8 @@
  *                    connection, created by the sender. At 8 ranks a rank creates 7 of them
  *                    per communicator: ~7.1 MiB per rank (each mapped by both ends).
  *   slots            slots per connection, a power of two 4 .. 4096. Default 64.
- *   single_copy      auto (CMA when process_vm_readv works, probed on each connection),
+ *   single_copy      auto (CMA when process_vm_readv works, probed on each connection, and
+ *                    the core wants it: see ncclxShmPreferCopy),
  *                    cma (required: a connection where it fails is refused with
  *                    ncclxInvalidUsage), none (always double copy). Default auto. Either
  *                    side's "none" wins.
@@ -56,5 +62,9 @@ extern const ncclxNet_v1_t ncclxNetShm;
 /* Test hook: copy mode of a sendComm or recvComm: 1 single copy (CMA), 2 double copy,
  * 0 not known yet (a sendComm whose receiver has not accepted), -1 not a shm comm. */
 int ncclxShmCommMode(void* comm);
+
+/* The core's choice for a sendComm under single_copy = auto: prefer != 0 sends large messages
+ * through the ring even when CMA works (peers.c: when the host has CPUs for its ranks). */
+void ncclxShmPreferCopy(void* sendComm, int prefer);
 
 #endif

@@ -101,7 +101,7 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
     return 1;
   }
   if (!c->attached && (shmCheckAttached(c) != ncclxSuccess || !c->attached)) return 0; /* mode unknown yet */
-  if (c->mode == SHM_MODE_CMA) {
+  if (c->mode == SHM_MODE_CMA && !c->preferCopy) {
     if (!slotFree(c)) return 0;
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;

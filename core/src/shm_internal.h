@@ -207,6 +207,7 @@ struct shmComm {
   uint64_t lastCheckNs;
   /* Sender only. */
   int attached;
+  int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
   shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
   char name[SHM_NAME_MAX];
   uint8_t probe[SHM_PROBE_BYTES]; /* what the receiver's CMA test reads */

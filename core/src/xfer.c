@@ -329,7 +329,7 @@ static ncclxResult_t xferCheckStuck(ncclxXfer* x, struct xferState* s, int n,
 #define XFER_YIELDS 200u      /* then sleep in poll(), but not before: */
 #define XFER_YIELD_SEC 200e-6 /* ... this long without progress */
 
-unsigned xferSpinPolls(const struct ncclxComm* comm) {
+int xferHostCpus(void) {
   static atomic_int cpus; /* CPUs the host's ranks may run on, counted once */
   int c = atomic_load_explicit(&cpus, memory_order_relaxed);
   if (c == 0) {
@@ -344,7 +344,11 @@ unsigned xferSpinPolls(const struct ncclxComm* comm) {
     if (c <= 0) c = 1;
     atomic_store_explicit(&cpus, c, memory_order_relaxed);
   }
-  return comm->ranksPerHostMax > c ? XFER_SPIN_OVERSUBSCRIBED : XFER_SPIN_POLLS;
+  return c;
+}
+
+unsigned xferSpinPolls(const struct ncclxComm* comm) {
+  return comm->ranksPerHostMax > xferHostCpus() ? XFER_SPIN_OVERSUBSCRIBED : XFER_SPIN_POLLS;
 }
 
 /* ---------------- runs: start, test, wait, end ---------------- */

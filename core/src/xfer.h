@@ -118,6 +118,9 @@ ncclxResult_t xferEnd(ncclxXferRun* run);
 #define XFER_SPIN_POLLS 200u /* ~5 us at ~25 ns per idle poll */
 #define XFER_SPIN_OVERSUBSCRIBED 4u
 unsigned xferSpinPolls(const struct ncclxComm* comm);
+/* CPUs this host's ranks share: the process's affinity mask, or every online CPU when the
+ * launcher pinned it to one. */
+int xferHostCpus(void);
 
 /* Shorthands for the common steps of collective algorithms. A peer < 0 skips that half. */
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,

@@ -516,6 +516,41 @@ static void scenarioTooBig(Peer* p, int isParent, const char* mode) {
   munmap(buf, big);
 }
 
+/* single_copy = auto, the core's choice per connection (ncclxShmPreferCopy): with double copy
+ * a 512 KiB send (fragments, less than the ring) completes before the receiver posts
+ * anything; with CMA it waits for the receiver to read it. Data exact both ways. */
+static void scenarioPreferCopy(Peer* p, int isParent, const char* mode) {
+  (void)mode;
+  size_t n = (size_t)512 << 10;
+  char* buf = bigAlloc(n);
+  int cma = ncclxShmCommMode(isParent ? p->send : p->recv) == 1;
+  for (int prefer = 1; prefer >= 0; prefer--) {
+    if (!prefer && !cma) break; /* no CMA here: nothing to compare with */
+    if (isParent) {
+      ncclxShmPreferCopy(p->send, prefer);
+      fill(buf, n, 77 + (uint64_t)prefer);
+      void* req = NULL;
+      CHECK(N->isend(p->send, buf, n, 0, NULL, NULL, &req) == ncclxSuccess && req, "isend failed");
+      int done = 0;
+      double until = nowSec() + (prefer ? 5.0 : 0.2);
+      while (!done && nowSec() < until) CHECK(N->test(req, &done, NULL) == ncclxSuccess, "test failed");
+      if (prefer)
+        CHECK(done, "double copy: a 512 KiB send did not complete before the receive was posted");
+      else
+        CHECK(!done, "CMA: a 512 KiB send completed before the receiver read it");
+      sync2(p);
+      if (req && !done) CHECK(waitReq(req, NULL, p->sendFd, 20) == ncclxSuccess, "send failed");
+    } else {
+      sync2(p);
+      memset(buf, 0, n);
+      size_t got = 0;
+      CHECK(recvWait(p->recv, buf, n, &got, p->recvFd) == ncclxSuccess && got == n, "receive failed");
+      CHECK(verify(buf, n, 77 + (uint64_t)prefer) == n, "prefer copy %d: data differs", prefer);
+    }
+  }
+  munmap(buf, n);
+}
+
 /* The child stops answering and is killed: the parent's pending operation must fail with
  * ncclxRemoteError within seconds. `which` 0: the parent is sending (CMA waits for the ack,
  * double copy for ring space); 1: the parent is receiving a stream from the child. */
@@ -699,6 +734,12 @@ int main(int argc, char** argv) {
     runPair(modes[m], scenarioDoorbell, NULL);
     printf("mode %s: too large\n", modes[m]);
     runPair(modes[m], scenarioTooBig, NULL);
+    if (strcmp(modes[m], "none") != 0) {
+      setMode("auto");
+      printf("mode auto: double copy preferred, then not\n");
+      runPair("auto", scenarioPreferCopy, NULL);
+      setMode(modes[m]);
+    }
     printf("mode %s: performance\n", modes[m]);
     runPair(modes[m], scenarioPerf, NULL);
     for (killWhich = 0; killWhich < 2; killWhich++) {
