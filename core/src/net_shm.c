@@ -230,7 +230,11 @@ int ncclxShmCommMode(void* comm) {
 
 void ncclxShmPreferCopy(void* sendComm, int prefer) {
   shmComm* c = sendComm;
-  if (c && c->kind == SHM_KIND_SEND && c->ctx->pref == SHM_PREF_AUTO) c->preferCopy = prefer != 0;
+  if (!c || c->kind != SHM_KIND_SEND || c->ctx->pref != SHM_PREF_AUTO) return;
+  c->preferCopy = prefer != 0;
+  if (atomic_exchange(&c->ctx->loggedPrefer, 1 + c->preferCopy) != 1 + c->preferCopy)
+    SHM_INFO(c->ctx, "single_copy = auto: large messages by %s (the core's choice for this host's ranks and CPUs)",
+             c->preferCopy ? "double copy through the slots" : "single copy (CMA) where it works");
 }
 
 SHM_EXPORT const ncclxNet_v1_t SHM_PLUGIN_SYMBOL = {

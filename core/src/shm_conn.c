@@ -467,7 +467,7 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
   atomic_store(&hdr->recvState, SHM_RECV_ATTACHED);
   if (atomic_exchange(c->peerSleeping, 0)) shmBellRing(c->bellRing); /* a sender waiting for the mode */
   if (atomic_exchange(&ctx->loggedMode, c->mode) != c->mode)
-    SHM_INFO(ctx, "%s for messages above %zu bytes (%s); %u slots of %zu bytes per connection",
+    SHM_INFO(ctx, "%s possible for messages above %zu bytes (%s); %u slots of %zu bytes per connection",
              modeName(c->mode), c->payloadBytes, why, c->nslots, c->payloadBytes);
   SHM_TRACE(ctx, "accept: connection from pid %d, %s", (int)c->peerPid, modeName(c->mode));
   *recvComm = c;

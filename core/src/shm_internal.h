@@ -160,6 +160,7 @@ typedef struct {
   size_t cmaChunk;       /* bytes per process_vm_readv call */
   int cmaLocalErr;       /* errno of the self-test at init, 0 when CMA works in this process */
   atomic_int loggedMode; /* last mode announced at INFO, to log each change once */
+  atomic_int loggedPrefer; /* 1 + the last ncclxShmPreferCopy choice announced, likewise */
 } shmCtx;
 
 enum { SHM_REQ_FREE = 0, SHM_REQ_POSTED, SHM_REQ_WAIT_ACK, SHM_REQ_DONE };
