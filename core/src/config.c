@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "debug.h"
+#include "ncclx/config_value.h"
 
 extern char** environ;
 
@@ -62,32 +63,6 @@ static int parseBool(const char* s, int* out) {
     if (strcasecmp(s, no[i]) == 0) return *out = 0, 1;
   }
   return 0;
-}
-
-/* Plain bytes, or a K/M/G suffix (1024-based), optionally followed by B or iB. */
-static int parseSize(const char* s, size_t* out) {
-  if (s == NULL || !isdigit((unsigned char)*s)) return 0;
-  errno = 0;
-  char* end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0) return 0;
-  while (isspace((unsigned char)*end)) end++;
-  unsigned shift = 0;
-  switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
-    default: break;
-  }
-  if (shift != 0) {
-    if (*end == 'i' && toupper((unsigned char)end[1]) == 'B') end += 2;
-    else if (toupper((unsigned char)*end) == 'B') end++;
-  }
-  while (isspace((unsigned char)*end)) end++;
-  if (*end != '\0') return 0;
-  if (v > (unsigned long long)(SIZE_MAX >> shift)) return 0;
-  *out = (size_t)(v << shift);
-  return 1;
 }
 
 /* ---------- names ---------- */
@@ -197,7 +172,7 @@ static int validateValue(const KnownKey* k, const char* value, char* msg, size_t
         return snprintf(msg, size, "not a boolean (true/false, 1/0, yes/no, on/off)"), 0;
       return 1;
     case KEY_SIZE:
-      if (!parseSize(value, &sz))
+      if (ncclxParseSize(value, &sz) != 0)
         return snprintf(msg, size, "not a size (bytes, or a number with K, M or G)"), 0;
       if ((unsigned long long)sz < (unsigned long long)k->min ||
           (unsigned long long)sz > (unsigned long long)k->max)
@@ -548,7 +523,7 @@ ncclxResult_t ncclxConfigGetSize(const char* section, const char* key, size_t de
   char where[PATH_MAX + 64];
   const char* v = lookup(section, key, where, sizeof(where));
   if (v == NULL) return *out = def, ncclxSuccess;
-  if (!parseSize(v, out))
+  if (ncclxParseSize(v, out) != 0)
     return ncclxSetError(ncclxInvalidUsage,
                          "%s: [%s] %s = '%s': not a size (bytes, or a number with K, M or G)",
                          where, section, key, v);

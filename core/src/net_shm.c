@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "shm_internal.h"
+#include "ncclx/config_value.h"
 
 #ifdef NCCLX_NET_SHM_STANDALONE
 #define SHM_PLUGIN_SYMBOL ncclxNetPlugin_v1
@@ -49,25 +50,6 @@ static const char* configWhere(const ncclxPluginEnv_t* env, const char* key) {
   return "environment";
 }
 
-/* Bytes, or a number with a K, M or G suffix (1024-based), as elsewhere in ncclx.ini. */
-static int parseSize(const char* s, size_t* out) {
-  char* end = NULL;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s || *s == '-') return -1;
-  unsigned shift = 0;
-  if (*end == 'K' || *end == 'k')
-    shift = 10, end++;
-  else if (*end == 'M' || *end == 'm')
-    shift = 20, end++;
-  else if (*end == 'G' || *end == 'g')
-    shift = 30, end++;
-  while (*end == ' ' || *end == '\t') end++;
-  if (*end || v > (~0ull >> shift)) return -1;
-  *out = (size_t)(v << shift);
-  return 0;
-}
-
 static ncclxResult_t badKey(const ncclxPluginEnv_t* env, const char* key, const char* value,
                             const char* expected) {
   env->log(NCCLX_LOG_WARN, NCCLX_LOG_SHM | NCCLX_LOG_ENV, __FILE__, __LINE__,
@@ -83,12 +65,12 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
   ctx->pref = SHM_PREF_AUTO;
   ctx->cmaChunk = SHM_DEFAULT_CMA_CHUNK;
   if ((v = cfg->get(env->section, "buffer_bytes")) != NULL &&
-      (parseSize(v, &ctx->bufferBytes) || ctx->bufferBytes < ((size_t)64 << 10) ||
+      (ncclxParseSize(v, &ctx->bufferBytes) || ctx->bufferBytes < ((size_t)64 << 10) ||
        ctx->bufferBytes > ((size_t)1 << 30)))
     return badKey(env, "buffer_bytes", v, "a size from 64K to 1G, e.g. 1M");
   size_t slots = 0;
   if ((v = cfg->get(env->section, "slots")) != NULL) {
-    if (parseSize(v, &slots) || slots < 4 || slots > 4096 || (slots & (slots - 1)))
+    if (ncclxParseSize(v, &slots) || slots < 4 || slots > 4096 || (slots & (slots - 1)))
       return badKey(env, "slots", v, "a power of two from 4 to 4096");
     ctx->nslots = (uint32_t)slots;
   }
@@ -110,7 +92,7 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
       return badKey(env, "single_copy", v, "auto, cma or none");
   }
   if ((v = cfg->get(env->section, "cma_chunk_bytes")) != NULL &&
-      (parseSize(v, &ctx->cmaChunk) || ctx->cmaChunk < 4096 || ctx->cmaChunk > ((size_t)1 << 30)))
+      (ncclxParseSize(v, &ctx->cmaChunk) || ctx->cmaChunk < 4096 || ctx->cmaChunk > ((size_t)1 << 30)))
     return badKey(env, "cma_chunk_bytes", v, "a size from 4K to 1G, e.g. 1M");
   return ncclxSuccess;
 }

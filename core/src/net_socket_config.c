@@ -1,5 +1,6 @@
 /* The socket network's configuration ([net.socket] keys), its interface choice and init. */
 #include "net_socket_internal.h"
+#include "ncclx/config_value.h"
 
 static const char* const sockKnownKeys[] = {"ifname", "nsocks", "buffer_bytes"};
 
@@ -38,30 +39,6 @@ static int parseLong(const char* s, long* out) {
   while (*end == ' ' || *end == '\t') end++;
   if (*end != '\0') return -1;
   *out = v;
-  return 0;
-}
-
-/* "4194304", "4M", "512KiB", "1G": binary multiples. */
-static int parseBytes(const char* s, size_t* out) {
-  char* end = NULL;
-  errno = 0;
-  while (*s == ' ' || *s == '\t') s++;
-  if (*s == '-') return -1;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s) return -1;
-  while (*end == ' ') end++;
-  unsigned shift = 0;
-  switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
-  }
-  if (shift && (*end == 'i' || *end == 'I')) end++;
-  if (*end == 'b' || *end == 'B') end++;
-  if (*end != '\0') return -1;
-  if (shift && v > (ULLONG_MAX >> shift)) return -1;
-  *out = (size_t)(v << shift);
   return 0;
 }
 
@@ -199,7 +176,7 @@ ncclxResult_t sockInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   }
   size_t bufBytes = SOCK_DEFAULT_BUF_BYTES;
   v = env->config->get(env->section, "buffer_bytes");
-  if (v && *v && (parseBytes(v, &bufBytes) != 0 || (bufBytes != 0 && bufBytes < 4096) ||
+  if (v && *v && (ncclxParseSize(v, &bufBytes) != 0 || (bufBytes != 0 && bufBytes < 4096) ||
             bufBytes > ((size_t)1 << 30))) {
     env->log(NCCLX_LOG_WARN, NCCLX_LOG_NET | NCCLX_LOG_ENV, __FILE__, __LINE__,
              "NET/Socket: buffer_bytes = '%s' (%s): expected 0 (kernel autotuning) or a size "

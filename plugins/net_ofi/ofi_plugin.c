@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "ofi_internal.h"
+#include "ncclx/config_value.h"
 
 #define OFI_DEFAULT_PROVIDER "tcp;ofi_rxm"
 #define OFI_DEFAULT_LIVENESS_MS 1000
@@ -120,12 +121,10 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, ofiCtx* ctx, const 
 
   ctx->rxmEagerLimit = OFI_DEFAULT_RXM_EAGER;
   if ((v = configGet(env, "rxm_eager_limit"))) {
-    char* end = NULL;
-    errno = 0;
-    unsigned long long b = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || b > ((unsigned long long)1 << 30))
-      return badValue(env, "rxm_eager_limit", v, "0 (libfabric's default) or bytes up to 1073741824");
-    ctx->rxmEagerLimit = (size_t)b;
+    size_t b = 0;
+    if (ncclxParseSize(v, &b) != 0 || b > ((size_t)1 << 30))
+      return badValue(env, "rxm_eager_limit", v, "0 (libfabric's default) or a size up to 1G, e.g. 64K");
+    ctx->rxmEagerLimit = b;
   }
   return ncclxSuccess;
 }

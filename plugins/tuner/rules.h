@@ -50,9 +50,6 @@ void rulesListProtos(char* buf, size_t size);
 /* Parses one rule's text (comment already removed) into *r (where and logged untouched).
  * Returns 0, or -1 with the reason in err. */
 int rulesParse(const char* text, Rule* r, char* err, size_t errSize);
-/* A size: digits with an optional K/M/G suffix (x1024, optionally followed by B or iB).
- * Returns 0 or -1. */
-int rulesParseSize(const char* s, size_t* out);
 /* Removes a '#' comment and surrounding blanks in place; returns the trimmed start. */
 char* rulesStripComment(char* line);
 

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "rules.h"
+#include "ncclx/config_value.h"
 
 static const char* const fieldNames[RULES_NUM_FIELDS] = {
     "collective", "min bytes", "max bytes", "algorithm", "protocol",
@@ -30,27 +31,6 @@ char* rulesStripComment(char* line) {
 }
 
 static int isAny(const char* s) { return strcasecmp(s, "any") == 0; }
-
-int rulesParseSize(const char* s, size_t* out) {
-  if (!isdigit((unsigned char)*s)) return -1; /* no sign, no blank, not empty */
-  errno = 0;
-  char* end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno == ERANGE) return -1;
-  unsigned shift = 0;
-  switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10, end++; break;
-    case 'M': shift = 20, end++; break;
-    case 'G': shift = 30, end++; break;
-    default: break;
-  }
-  if (shift && (strcasecmp(end, "B") == 0 || strcasecmp(end, "iB") == 0)) end += strlen(end);
-  else if (!shift && strcasecmp(end, "B") == 0) end++;
-  if (*end != '\0') return -1;
-  if (v > (SIZE_MAX >> shift)) return -1;
-  *out = (size_t)v << shift;
-  return 0;
-}
 
 /* A positive count or "any" (-> RULES_ANY); 0 as well when allowZero (chunk, channels). */
 static int parseCount(const char* s, int allowZero, int max, int* out) {
@@ -108,7 +88,7 @@ static int parseBytes(const char* s, int field, size_t anyValue, size_t* out, ch
     *out = anyValue;
     return 0;
   }
-  if (rulesParseSize(s, out) == 0) return 0;
+  if (ncclxParseSize(s, out) == 0) return 0;
   snprintf(err, errSize, "field %d (%s): '%s' is not a size (bytes, or a number with K, M or G; or any)",
            field + 1, fieldNames[field], s);
   return -1;
@@ -141,7 +121,7 @@ int rulesParse(const char* text, Rule* r, char* err, size_t errSize) {
 
   if (isAny(f[5]) || strcmp(f[5], "0") == 0) {
     r->chunkBytes = 0;
-  } else if (rulesParseSize(f[5], &r->chunkBytes) != 0 || r->chunkBytes < RULES_CHUNK_MIN ||
+  } else if (ncclxParseSize(f[5], &r->chunkBytes) != 0 || r->chunkBytes < RULES_CHUNK_MIN ||
              r->chunkBytes > RULES_CHUNK_MAX) {
     snprintf(err, errSize, "field 6 (chunk size): '%s' is not 0, any or a size in [4K, 1G]", f[5]);
     return -1;

@@ -139,12 +139,17 @@ case "$mode" in
       { echo "$out"; fail "a bad liveness_ms is not reported with its key and origin"; }
     echo "$out" | grep -q "init returned ncclxInvalidUsage" ||
       { echo "$out"; fail "a bad value is not ncclxInvalidUsage"; }
+    out=$("$tool" --no-kill -t 5 -o provider=shm -o rxm_eager_limit=64M+ "$plugin" 2>&1)
+    echo "$out" | grep -q "rxm_eager_limit = '64M+' (command line -o rxm_eager_limit): expected 0 (libfabric's default) or a size up to 1G" ||
+      { echo "$out"; fail "a bad rxm_eager_limit is not reported with its key, origin and what is expected"; }
+    out=$("$tool" --no-kill -t 5 -o provider=shm -o rxm_eager_limit=64K -o domain=nosuchdomain "$plugin" 2>&1)
+    echo "$out" | grep -q "rxm_eager_limit" && { echo "$out"; fail "rxm_eager_limit = 64K (a size with a suffix) was refused"; }
     out=$("$tool" --no-kill -t 5 -o provider=shm -o mr_locale=on -o domain=nosuchdomain "$plugin" 2>&1)
     echo "$out" | grep -q "ignoring unknown key 'mr_locale' (command line -o mr_locale)" ||
       { echo "$out"; fail "an unknown key is not warned about"; }
     echo "$out" | grep -q "domain = 'nosuchdomain' (command line -o domain): provider 'shm' has no such domain (it has: shm)" ||
       { echo "$out"; fail "an unknown domain is not reported with the domains there are"; }
-    echo "ofi_test.sh: PASS (unknown provider, bad value, unknown key, unknown domain)"
+    echo "ofi_test.sh: PASS (unknown provider, bad values, a size with a suffix, unknown key, unknown domain)"
     ;;
   *)
     fail "usage: ofi_test.sh netcheck|mp|direct|config ..."

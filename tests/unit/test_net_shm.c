@@ -523,6 +523,9 @@ static void scenarioPreferCopy(Peer* p, int isParent, const char* mode) {
   (void)mode;
   size_t n = (size_t)512 << 10;
   char* buf = bigAlloc(n);
+  /* Both sides must agree: the sender learns the mode when the receiver has attached. */
+  double until = nowSec() + 5.0;
+  while (ncclxShmCommMode(isParent ? p->send : p->recv) == 0 && nowSec() < until) sched_yield();
   int cma = ncclxShmCommMode(isParent ? p->send : p->recv) == 1;
   for (int prefer = 1; prefer >= 0; prefer--) {
     if (!prefer && !cma) break; /* no CMA here: nothing to compare with */
@@ -532,7 +535,7 @@ static void scenarioPreferCopy(Peer* p, int isParent, const char* mode) {
       void* req = NULL;
       CHECK(N->isend(p->send, buf, n, 0, NULL, NULL, &req) == ncclxSuccess && req, "isend failed");
       int done = 0;
-      double until = nowSec() + (prefer ? 5.0 : 0.2);
+      until = nowSec() + (prefer ? 5.0 : 0.2);
       while (!done && nowSec() < until) CHECK(N->test(req, &done, NULL) == ncclxSuccess, "test failed");
       if (prefer)
         CHECK(done, "double copy: a 512 KiB send did not complete before the receive was posted");
