@@ -15,7 +15,9 @@ static int logLevel = NCCLX_LOG_WARN;
 static unsigned long logSubsys = NCCLX_LOG_ALL;
 static char logHost[64] = "?";
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local int logRank = -1;
+/* initial-exec: a plain %fs-relative load, not a __tls_get_addr call on every API entry. */
+static _Thread_local int logRank __attribute__((tls_model("initial-exec"))) = -1;
+atomic_int ncclxLogLevelNow = -1;
 static _Thread_local char threadError[1024];
 
 static const struct {
@@ -53,6 +55,7 @@ static void logInit(void) {
   }
   const char* subsys = getenv("NCCLX_DEBUG_SUBSYS");
   if (subsys) logSubsys = parseSubsys(subsys);
+  atomic_store_explicit(&ncclxLogLevelNow, logLevel, memory_order_relaxed);
   if (gethostname(logHost, sizeof(logHost)) != 0) snprintf(logHost, sizeof(logHost), "?");
   logHost[sizeof(logHost) - 1] = '\0';
   char* dot = strchr(logHost, '.');

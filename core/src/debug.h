@@ -3,6 +3,7 @@
 #define NCCLX_DEBUG_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include "ncclx/plugin.h"
 
@@ -14,9 +15,19 @@ void ncclxLog(ncclxLogLevel_t level, unsigned long subsys, const char* file, int
 void ncclxLogSetRank(int rank);
 int ncclxLogEnabled(ncclxLogLevel_t level, unsigned long subsys);
 
+/* The NCCLX_DEBUG level once read (-1 before): INFO and TRACE lines below it cost one load and
+ * a branch, with their arguments not even evaluated (small calls have TRACE lines). */
+extern atomic_int ncclxLogLevelNow;
+static inline int ncclxLogMayPrint(int level) {
+  int now = atomic_load_explicit(&ncclxLogLevelNow, memory_order_relaxed);
+  return now < 0 || now >= level;
+}
+
 #define WARN(...) ncclxLog(NCCLX_LOG_WARN, NCCLX_LOG_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(subsys, ...) ncclxLog(NCCLX_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__)
-#define TRACE(subsys, ...) ncclxLog(NCCLX_LOG_TRACE, (subsys), __FILE__, __LINE__, __VA_ARGS__)
+#define INFO(subsys, ...) \
+  (ncclxLogMayPrint(NCCLX_LOG_INFO) ? ncclxLog(NCCLX_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__) : (void)0)
+#define TRACE(subsys, ...) \
+  (ncclxLogMayPrint(NCCLX_LOG_TRACE) ? ncclxLog(NCCLX_LOG_TRACE, (subsys), __FILE__, __LINE__, __VA_ARGS__) : (void)0)
 
 /* The calling thread's last error message (what ncclxGetLastError(NULL) returns).
  * ncclxSetError also logs it at WARN. Both return `res` so callers can write
