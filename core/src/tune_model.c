@@ -199,7 +199,9 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
     case NCCLX_COLL_ALLREDUCE:
       if (algo == NCCLX_ALGO_RING) return 2 * (p - 1) * a + 2 * frac * S * b + frac * S * g + pipeline;
       if (algo == NCCLX_ALGO_RECURSIVE_DOUBLING) return L * (a + S * (b + g)) + fold;
-      if (algo == NCCLX_ALGO_RABENSEIFNER) return 2 * L * a + 2 * frac * S * b + frac * S * g + fold;
+      if (algo == NCCLX_ALGO_RABENSEIFNER) /* latencies once per segment of p chunks */
+        return (2 * L + (pow2 ? 0 : 2)) * a * ceil(S / (chunk * p)) + 2 * frac * S * b + frac * S * g +
+               (pow2 ? 0 : 2 * S * b);
       if (algo == NCCLX_ALGO_TREE) return 2 * L * (a + S * b) + L * S * g;
       break;
     case NCCLX_COLL_BROADCAST:

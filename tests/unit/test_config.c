@@ -324,12 +324,13 @@ static void testSizes(void) {
   /* The parser every size key of the core and of our plugins uses (ncclx/config_value.h). */
   struct { const char* text; size_t want; } good[] = {
       {"0", 0}, {"64K", 64u << 10}, {"64 KiB", 64u << 10}, {"100B", 100}, {"2kb", 2048},
-      {"4m", 4u << 20}, {"1G ", 1u << 30}, {"18446744073709551615", SIZE_MAX}};
+      {"4m", 4u << 20}, {"1G ", 1u << 30}, {" 4", 4}, {"\t8K\n", 8u << 10}, {"4KIB", 4u << 10},
+      {"18446744073709551615", SIZE_MAX}};
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     sz = 7;
     CHECK(ncclxParseSize(good[i].text, &sz) == 0 && sz == good[i].want);
   }
-  const char* bad[] = {"", " 4", "-1", "+1", "4T", "4KK", "1Q", "K", "4 K x", "17179869184G", "4.5M"};
+  const char* bad[] = {"", " ", "-1", " -1", "+1", "4T", "4KK", "1Q", "K", "4 K x", "4Ki", "17179869184G", "4.5M"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     sz = 7;
     CHECK(ncclxParseSize(bad[i], &sz) == -1 && sz == 7);

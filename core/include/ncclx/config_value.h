@@ -13,15 +13,18 @@
 #include <stdlib.h>
 
 /* A byte count: digits, optionally a K, M or G suffix (1024-based) and then B or iB ("4M",
- * "64 KiB", "100B"), blanks allowed around the suffix. No sign, nothing else after it.
- * 0 and *out set, or -1 (out untouched) for anything else or a value beyond SIZE_MAX. */
+ * "64 KiB", "100B"), white space allowed before, around the suffix and after (environment
+ * values arrive untrimmed). No sign, nothing else. 0 and *out set, or -1 (out untouched) for
+ * anything else or a value beyond SIZE_MAX. */
 static inline int ncclxParseSize(const char* s, size_t* out) {
-  if (s == NULL || !isdigit((unsigned char)*s)) return -1;
+  if (s == NULL) return -1;
+  while (isspace((unsigned char)*s)) s++;
+  if (!isdigit((unsigned char)*s)) return -1;
   errno = 0;
   char* end = NULL;
   unsigned long long v = strtoull(s, &end, 10);
   if (errno != 0) return -1;
-  while (*end == ' ' || *end == '\t') end++;
+  while (isspace((unsigned char)*end)) end++;
   unsigned shift = 0;
   switch (toupper((unsigned char)*end)) {
     case 'K': shift = 10; end++; break;
@@ -29,9 +32,9 @@ static inline int ncclxParseSize(const char* s, size_t* out) {
     case 'G': shift = 30; end++; break;
     default: break;
   }
-  if (shift && *end == 'i' && toupper((unsigned char)end[1]) == 'B') end += 2;
+  if (shift && toupper((unsigned char)*end) == 'I' && toupper((unsigned char)end[1]) == 'B') end += 2;
   else if (toupper((unsigned char)*end) == 'B') end++;
-  while (*end == ' ' || *end == '\t') end++;
+  while (isspace((unsigned char)*end)) end++;
   if (*end != '\0' || v > (unsigned long long)(SIZE_MAX >> shift)) return -1;
   *out = (size_t)(v << shift);
   return 0;
