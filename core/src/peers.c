@@ -171,12 +171,13 @@ int peersOpenCount(const struct ncclxComm* comm) {
   return n;
 }
 
-/* Large shm messages: double copy through the ring while the host has a CPU for every two
- * ranks, single copy (CMA) beyond. Measured with ncclx-perf at 2 ranks on 2 CPUs: double copy
- * 1.3-2.4x CMA's busbw from 64 KiB to 16 MiB on every collective; at 4 ranks mostly ahead
- * (broadcast 10-20% behind); at 8 ranks CMA ahead on broadcast and allgather. */
+/* Large shm messages: double copy through the ring while the host has a CPU for every four
+ * ranks, single copy (CMA) beyond. Measured with ncclx-perf on 2 CPUs (medians of 3-5
+ * alternating runs, 32 KiB-16 MiB): double copy 1.3-2.4x CMA's busbw at 2 ranks on every
+ * collective, mostly ahead at 4, ahead or even at 8 (broadcast up to 2x); at 16 ranks even.
+ * Beyond, a receiver that pulls alone (the sender needs no CPU) should win. */
 static int shmPreferCopy(const struct ncclxComm* comm) {
-  return comm->ranksPerHostMax <= 2 * xferHostCpus();
+  return comm->ranksPerHostMax <= 4 * xferHostCpus();
 }
 
 /* One step of every pending connect; returns progress made (0/1). */
