@@ -41,10 +41,10 @@
  *
  * [net.shm] keys (environment NCCLX_NET_SHM_<KEY>):
  *   buffer_bytes     payload area of one connection, split into `slots` slots. Size,
- *                    64K .. 1G. Default 1M: 64 slots of 16 KiB, 1.01 MiB of shared memory per
+ *                    64K .. 1G. Default 1M: 16 slots of 64 KiB, 1.0 MiB of shared memory per
  *                    connection, created by the sender. At 8 ranks a rank creates 7 of them
  *                    per communicator: ~7.1 MiB per rank (each mapped by both ends).
- *   slots            slots per connection, a power of two 4 .. 4096. Default 64.
+ *   slots            slots per connection, a power of two 4 .. 4096. Default 16.
  *   single_copy      auto (CMA when process_vm_readv works, probed on each connection, and
  *                    the core wants it: see ncclxShmPreferCopy),
  *                    cma (required: a connection where it fails is refused with
