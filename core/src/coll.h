@@ -24,6 +24,8 @@ typedef struct {
   int algo;         /* ncclxAlgo_t chosen by the tuner */
   int proto;        /* ncclxProto_t */
   size_t chunkBytes; /* pipeline chunk chosen by the tuner (the comm default otherwise) */
+  int hostBuffers;   /* set at the call when no CUDA driver was loaded: both buffers are host
+                        memory, so execution need not probe them again */
 } ncclxCollArgs;
 
 /* Whether algo can run this call on comm: the collective, the rank count and, for

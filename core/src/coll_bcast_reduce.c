@@ -33,9 +33,8 @@ static int realRank(int vrank, int root, int n) { return (vrank + root) % n; }
  * from (the root's sendbuff, everyone else's buf). */
 static ncclxResult_t pipelineForward(struct ncclxComm* comm, int parent, const int* children,
                                      int nchildren, const char* src, char* buf, size_t bytes) {
-  ncclxXfer x[MAX_TREE_CHILDREN + 1];
+  ncclxXfer x[MAX_TREE_CHILDREN + 1]; /* entries are set whole below: no memset of all 34 */
   int nx = 0;
-  memset(x, 0, sizeof(x));
   if (parent >= 0) x[nx++] = (ncclxXfer){.peer = parent, .isSend = 0, .buf = buf, .bytes = bytes};
   for (int c = 0; c < nchildren; c++)
     x[nx++] = (ncclxXfer){.peer = children[c], .isSend = 1, .buf = (void*)src, .bytes = bytes,

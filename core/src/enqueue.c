@@ -60,19 +60,23 @@ static ncclxResult_t checkCount(struct ncclxComm* comm, size_t count, size_t mul
   return ncclxSuccess;
 }
 
-/* Device buffers need a CUDA build on a machine with a usable device. */
-static ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const void* send, const void* recv) {
-  if (!gpuDriverLoaded()) return ncclxSuccess; /* no driver, no device memory */
+/* Device buffers need a CUDA build on a machine with a usable device. *hostOnly (if given)
+ * says whether the buffers were found to be host memory without asking the driver. */
+static ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const void* send, const void* recv,
+                                  int* hostOnly) {
+  int driver = gpuDriverLoaded();
+  if (hostOnly) *hostOnly = !driver;
+  if (!driver) return ncclxSuccess; /* no driver, no device memory */
   char msg[512];
   ncclxResult_t res = gpuCheckBuffer(fn, "sendbuff", send, msg, sizeof msg);
   if (res == ncclxSuccess) res = gpuCheckBuffer(fn, "recvbuff", recv, msg, sizeof msg);
   return res == ncclxSuccess ? res : commArgError(comm, res, "%s", msg);
 }
 
-static ncclxResult_t validateColl(struct ncclxComm* comm, const ncclxCollArgs* a) {
+static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
   const char* fn = collFuncName(a->coll);
   NCCLX_CHECK(checkType(comm, a->datatype, fn));
-  NCCLX_CHECK(checkBuffers(comm, fn, a->sendbuff, a->recvbuff));
+  NCCLX_CHECK(checkBuffers(comm, fn, a->sendbuff, a->recvbuff, &a->hostBuffers));
   if (collReduces(a->coll) && (unsigned)a->op >= ncclxNumOps)
     return commArgError(comm, ncclxInvalidArgument, "%s: invalid reduction op %d", fn, (int)a->op);
   int hasRoot = a->coll == NCCLX_COLL_BROADCAST || a->coll == NCCLX_COLL_REDUCE;
@@ -381,7 +385,7 @@ static ncclxResult_t submitP2p(opKind kind, void* buf, size_t count, ncclxDataTy
     return commArgError(comm, ncclxInvalidArgument, "%s: peer %d is not a rank of this %d-rank communicator",
                     fn, peer, comm->nranks);
   if (count > 0 && !buf) return commArgError(comm, ncclxInvalidArgument, "%s: buffer is NULL with count %zu", fn, count);
-  NCCLX_CHECK(checkBuffers(comm, fn, kind == OP_SEND ? buf : NULL, kind == OP_RECV ? buf : NULL));
+  NCCLX_CHECK(checkBuffers(comm, fn, kind == OP_SEND ? buf : NULL, kind == OP_RECV ? buf : NULL, NULL));
   struct ncclxOp op = {.kind = kind, .comm = comm, .stream = stream, .buf = buf, .count = count,
                        .type = type, .peer = peer};
   return submit(&op);

@@ -200,7 +200,7 @@ static int overlaps(const char* a, size_t an, const char* b, size_t bn) {
 
 ncclxResult_t gpuCollRun(struct ncclxComm* comm, const ncclxCollArgs* args) {
   NCCLX_CHECK(gpuNetCollCheck(comm));
-  if (!gpuDriverLoaded()) return collRun(comm, args);
+  if (args->hostBuffers || !gpuDriverLoaded()) return collRun(comm, args);
   gpuCollExtent e;
   gpuCollExtents(args, comm->nranks, comm->rank, &e);
   char* send = (char*)args->sendbuff;
