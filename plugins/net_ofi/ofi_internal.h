@@ -224,7 +224,7 @@ struct ofiCtx {
   int probeOnly;   /* check peers with probe messages even on this host */
   int mrForce;     /* register even when the provider does not ask for it */
   int clearToSend; /* -1 auto (on for providers known to need it), 0 off, 1 on */
-  int pollFd;      /* open completion queues with a wait fd */
+  int pollFd;      /* open completion queues with a wait fd: 1, 0, or -1 = by provider */
   size_t rxmEagerLimit; /* FI_OFI_RXM_EAGER_LIMIT to set when unset; 0: leave libfabric's */
   ncclxProfilerCallback_t profiler; /* env->profiler: NET events per request (NULL: none) */
 };
