@@ -30,7 +30,8 @@
 #define DYN_INFLIGHT 4        /* messages in flight per peer and direction (2 when staged) */
 /* Per peer and direction: data up to the inline size rides in message 0 with the header;
  * larger data follows in chunks. The inline limit keeps message 0 within one slot of the
- * shared-memory transport (64 KiB by default, 16 KiB with 64 slots): above that, the two staging copies cost
+ * shared-memory transport (measured with 16 KiB slots; the default is 64 KiB now, where 12 KiB
+ * has not been re-measured): above that, the two staging copies cost
  * more than the message they save (measured). Both sizes shrink as ranks grow so that the
  * staging of a whole communicator stays bounded (see dynStaging). */
 #define DYN_INLINE_MAX ((size_t)12 << 10)

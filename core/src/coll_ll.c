@@ -450,7 +450,9 @@ static llLine* llRegion(const llCall* c, int rank) {
   return c->bank + (size_t)rank * c->b->perRegion;
 }
 
-static void llWrite(llCall* c, const void* src, size_t bytes) {
+/* Writes src[0, bytes) into this rank's region, except lines wholly inside [skipLo, skipHi):
+ * no other rank reads those (an all-to-all's own block), so no reader ever waits on one. */
+static void llWrite(llCall* c, const void* src, size_t bytes, size_t skipLo, size_t skipHi) {
   llLine* line = llRegion(c, c->comm->rank);
   size_t nlines = bytes ? (bytes + LL_PAYLOAD - 1) / LL_PAYLOAD : 1;
   /* Whole lines are stored back to back from a fixed-size copy: a reader polling the line
@@ -458,6 +460,7 @@ static void llWrite(llCall* c, const void* src, size_t bytes) {
    * slower at 2 KiB). */
   for (size_t i = 0; i < nlines; i++) {
     size_t off = i * LL_PAYLOAD, len = bytes - off < LL_PAYLOAD ? bytes - off : LL_PAYLOAD;
+    if (off >= skipLo && off + LL_PAYLOAD <= skipHi) continue;
     if (len == LL_PAYLOAD) {
       memcpy(line[i].data, (const char*)src + off, LL_PAYLOAD);
     } else if (bytes) {
@@ -558,7 +561,9 @@ ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   int writes = a->coll != NCCLX_COLL_BROADCAST || me == a->root;
   if (writes) {
     NCCLX_CHECK(llWaitReusable(&c));
-    llWrite(&c, a->sendbuff, in);
+    size_t own = a->count * sz; /* an all-to-all's own block stays here: 1/n fewer lines */
+    if (a->coll == NCCLX_COLL_ALLTOALL) llWrite(&c, a->sendbuff, in, (size_t)me * own, (size_t)(me + 1) * own);
+    else llWrite(&c, a->sendbuff, in, 0, 0);
     llWakeSleepers(c.b);
   }
 

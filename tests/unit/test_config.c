@@ -423,7 +423,8 @@ static void testShippedExample(const char* arg) {
   CHECK(ncclxConfigGetSize("core", "chunk_bytes", 0, &sz) == ncclxSuccess && sz == 512u << 10);
   CHECK(ncclxConfigGetInt("net.socket", "nsocks", -1, 1, 16, &l) == ncclxSuccess && l == 2);
   CHECK(ncclxConfigGetSize("net.socket", "buffer_bytes", 0, &sz) == ncclxSuccess && sz == 4u << 20);
-  CHECK(strcmp(ncclxConfigGet("net", "plugin"), "socket") == 0);
+  CHECK(ncclxConfigGetSize("net.shm", "buffer_bytes", 0, &sz) == ncclxSuccess && sz == 1u << 20);
+  CHECK(ncclxConfigGetInt("net.shm", "slots", -1, 4, 4096, &l) == ncclxSuccess && l == 16);
   CHECK(strcmp(ncclxConfigGet("tuner", "plugin"), "none") == 0);
 }
 

@@ -761,6 +761,16 @@ int main(int argc, char** argv) {
       CHECK(leftovers(child, 1) == 0, "init did not remove the killed child's objects");
     }
   }
+  /* Other ring layouts than the default 16 slots: many small ones and a few large ones. */
+  static const char* slotCounts[] = {"64", "4"};
+  for (int i = 0; i < 2; i++) {
+    setMode("none");
+    section.keys[1] = "slots";
+    section.values[1] = slotCounts[i];
+    section.n = 2;
+    printf("mode none, %s slots: data\n", slotCounts[i]);
+    runPair("none", scenarioData, NULL);
+  }
   CHECK(leftovers(getpid(), 1) == 0, "this process left objects in /dev/shm");
   for (int i = 0; i < nchildren; i++)
     CHECK(leftovers(children[i], 1) == 0, "child %d left objects in /dev/shm", (int)children[i]);
