@@ -40,6 +40,19 @@ int collAlgoSupported(ncclxCollType_t coll, int algo, int nranks);
 /* Dispatch to the algorithm in args->algo. */
 ncclxResult_t collRun(struct ncclxComm* comm, const ncclxCollArgs* args);
 
+/* ---- Helpers the algorithm files share (coll_util.c). ---- */
+/* Send and receive at once; a half of zero bytes is skipped (the peer computes the same
+ * sizes, so it skips it too). A peer < 0 skips that half as well. */
+ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf, size_t sendBytes,
+                           int recvPeer, void* recvBuf, size_t recvBytes);
+/* Bytes of one pipeline piece (the call's chunk, 1 MiB when unset), and the same in elements
+ * (at least one). */
+size_t collPieceBytes(const struct ncclxComm* comm);
+size_t collPieceElems(const struct ncclxComm* comm, size_t typeSize);
+/* The comm's scratch area of at least `bytes`; when it cannot be had, the comm fails (the
+ * other ranks already wait for this one) with "<what>: cannot allocate ...". */
+ncclxResult_t collScratch(struct ncclxComm* comm, const char* what, size_t bytes, char** out);
+
 /* Algorithms (coll_*.c). */
 ncclxResult_t allreduceRing(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allreduceRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a);

@@ -7,14 +7,6 @@
 #include "debug.h"
 #include "xfer.h"
 
-static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
-                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
-  if (sendBytes == 0) sendPeer = -1;
-  if (recvBytes == 0) recvPeer = -1;
-  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
-  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
-}
-
 static size_t blockBytes(const ncclxCollArgs* a) { return a->count * ncclxTypeSize(a->datatype); }
 
 /* Put this rank's contribution at position pos of recvbuff (memmove: in place may overlap). */
@@ -34,7 +26,7 @@ ncclxResult_t allgatherRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
   /* Step s forwards the block that arrived in step s-1 (own block first). */
   for (int s = 0; s < n - 1; s++) {
     int sb = (r - s + n) % n, rb = (r - s - 1 + n) % n;
-    NCCLX_CHECK(sendRecv(comm, next, recv + (size_t)sb * blk, blk, prev, recv + (size_t)rb * blk,
+    NCCLX_CHECK(collSendRecv(comm, next, recv + (size_t)sb * blk, blk, prev, recv + (size_t)rb * blk,
                          blk));
   }
   return ncclxSuccess;
@@ -54,7 +46,7 @@ ncclxResult_t allgatherRecursiveDoubling(struct ncclxComm* comm, const ncclxColl
   for (int mask = 1; mask < n; mask <<= 1) {
     int partner = r ^ mask;
     size_t myLo = (size_t)(r & ~(mask - 1)), pLo = (size_t)(partner & ~(mask - 1));
-    NCCLX_CHECK(sendRecv(comm, partner, recv + myLo * blk, (size_t)mask * blk, partner,
+    NCCLX_CHECK(collSendRecv(comm, partner, recv + myLo * blk, (size_t)mask * blk, partner,
                          recv + pLo * blk, (size_t)mask * blk));
   }
   return ncclxSuccess;
@@ -81,7 +73,7 @@ ncclxResult_t allgatherBruck(struct ncclxComm* comm, const ncclxCollArgs* a) {
   placeOwn(a, 0);
   for (int k = 1; k < n; k <<= 1) {
     size_t cnt = (size_t)(k < n - k ? k : n - k);
-    NCCLX_CHECK(sendRecv(comm, (r - k + n) % n, recv, cnt * blk, (r + k) % n,
+    NCCLX_CHECK(collSendRecv(comm, (r - k + n) % n, recv, cnt * blk, (r + k) % n,
                          recv + (size_t)k * blk, cnt * blk));
   }
   /* Rotate right by r blocks: position i moves to rank (r+i) mod n. */

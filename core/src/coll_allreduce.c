@@ -24,30 +24,6 @@ static size_t blockLen(size_t count, int n, int i) {
   return blockOff(count, n, i + 1) - blockOff(count, n, i);
 }
 
-/* Empty halves are skipped; the peer computes the same sizes, so it skips them too. */
-static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
-                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
-  if (sendBytes == 0) sendPeer = -1;
-  if (recvBytes == 0) recvPeer = -1;
-  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
-  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
-}
-
-/* Elements per pipeline piece: one network chunk, at least one element. */
-static size_t pieceElems(const struct ncclxComm* comm, size_t typeSize) {
-  size_t bytes = comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
-  size_t n = bytes / typeSize;
-  return n ? n : 1;
-}
-
-static ncclxResult_t getScratch(struct ncclxComm* comm, size_t bytes, char** out) {
-  *out = commScratch(comm, bytes ? bytes : 1);
-  if (*out) return ncclxSuccess;
-  /* The other ranks are already waiting for this one: fail the comm so they stop too. */
-  return commFail(comm, ncclxSystemError, "allreduce: cannot allocate %zu bytes of scratch",
-                  bytes);
-}
-
 static void copyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (bytes && dst != src) memmove(dst, src, bytes);
 }
@@ -113,7 +89,7 @@ static ncclxResult_t ringSegment(struct ncclxComm* comm, const ncclxCollArgs* a,
     size_t rlen = blockLen(count, n, rb), slen = blockLen(count, n, sb);
     size_t ro = blockOff(count, n, rb) * sz;
     if (rlen == 0) { /* nothing to reduce, but the send half still goes */
-      NCCLX_CHECK(sendRecv(comm, next, sp, slen * sz, -1, NULL, 0));
+      NCCLX_CHECK(collSendRecv(comm, next, sp, slen * sz, -1, NULL, 0));
       continue;
     }
     /* Received pieces are reduced as they arrive (block rb into recv = own + incoming);
@@ -136,7 +112,7 @@ static ncclxResult_t ringSegment(struct ncclxComm* comm, const ncclxCollArgs* a,
   /* Allgather: pass the finished blocks around. */
   for (int s = 0; s < n - 1; s++) {
     int sb = (own - s + n) % n, rb = (r - s + n) % n;
-    NCCLX_CHECK(sendRecv(comm, next, recv + blockOff(count, n, sb) * sz,
+    NCCLX_CHECK(collSendRecv(comm, next, recv + blockOff(count, n, sb) * sz,
                          blockLen(count, n, sb) * sz, prev, recv + blockOff(count, n, rb) * sz,
                          blockLen(count, n, rb) * sz));
   }
@@ -154,10 +130,10 @@ ncclxResult_t allreduceRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
     return ncclxSuccess;
   }
   /* Segments of n pieces: each step moves at most one piece per rank. */
-  size_t piece = pieceElems(comm, sz);
+  size_t piece = collPieceElems(comm, sz);
   size_t segMax = piece * (size_t)n;
   char* tmp;
-  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  NCCLX_CHECK(collScratch(comm, "allreduce", piece * sz, &tmp));
   for (size_t off = 0; off < a->count; off += segMax) {
     size_t len = a->count - off < segMax ? a->count - off : segMax;
     NCCLX_CHECK(ringSegment(comm, a, send + off * sz, recv + off * sz, len, tmp, piece));
@@ -211,8 +187,8 @@ static ncclxResult_t foldOut(struct ncclxComm* comm, const ncclxCollArgs* a, con
   int r = comm->rank;
   size_t bytes = a->count * ncclxTypeSize(a->datatype);
   if (r >= 2 * f->rem) return ncclxSuccess;
-  if (r % 2) return sendRecv(comm, r - 1, buf, bytes, -1, NULL, 0);
-  return sendRecv(comm, -1, NULL, 0, r + 1, buf, bytes);
+  if (r % 2) return collSendRecv(comm, r - 1, buf, bytes, -1, NULL, 0);
+  return collSendRecv(comm, -1, NULL, 0, r + 1, buf, bytes);
 }
 
 /* ---------------- recursive doubling ---------------- */
@@ -227,9 +203,9 @@ ncclxResult_t allreduceRecursiveDoubling(struct ncclxComm* comm, const ncclxColl
     copyIfDistinct(recv, cur, a->count * sz);
     return ncclxSuccess;
   }
-  size_t piece = pieceElems(comm, sz);
+  size_t piece = collPieceElems(comm, sz);
   char* tmp;
-  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  NCCLX_CHECK(collScratch(comm, "allreduce", piece * sz, &tmp));
   foldInfo f = foldMake(r, n);
   NCCLX_CHECK(foldIn(comm, a, &f, &cur, recv, tmp, piece));
   if (f.newRank >= 0) {
@@ -281,7 +257,7 @@ static ncclxResult_t rabenseifnerSegment(struct ncclxComm* comm, const ncclxColl
       int pnew = me ^ mask, partner = foldRealRank(&f, pnew);
       int myLo = me & ~(mask - 1), pLo = pnew & ~(mask - 1);
       size_t mo = blockOff(count, p, myLo), po = blockOff(count, p, pLo);
-      NCCLX_CHECK(sendRecv(comm, partner, recv + mo * sz,
+      NCCLX_CHECK(collSendRecv(comm, partner, recv + mo * sz,
                            (blockOff(count, p, myLo + mask) - mo) * sz, partner, recv + po * sz,
                            (blockOff(count, p, pLo + mask) - po) * sz));
     }
@@ -299,10 +275,10 @@ ncclxResult_t allreduceRabenseifner(struct ncclxComm* comm, const ncclxCollArgs*
     copyIfDistinct(a->recvbuff, a->sendbuff, a->count * sz);
     return ncclxSuccess;
   }
-  size_t piece = pieceElems(comm, sz);
+  size_t piece = collPieceElems(comm, sz);
   size_t segMax = piece * (size_t)comm->nranks;
   char* tmp;
-  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  NCCLX_CHECK(collScratch(comm, "allreduce", piece * sz, &tmp));
   for (size_t off = 0; off < a->count; off += segMax) {
     ncclxCollArgs seg = *a;
     seg.sendbuff = (const char*)a->sendbuff + off * sz;

@@ -14,26 +14,6 @@
 #include "debug.h"
 #include "xfer.h"
 
-static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
-                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
-  if (sendBytes == 0) sendPeer = -1;
-  if (recvBytes == 0) recvPeer = -1;
-  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
-  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
-}
-
-static size_t chunkBytes(const struct ncclxComm* comm) {
-  return comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
-}
-
-static ncclxResult_t getScratch(struct ncclxComm* comm, const char* what, size_t bytes,
-                                char** out) {
-  *out = commScratch(comm, bytes ? bytes : 1);
-  if (*out) return ncclxSuccess;
-  return commFail(comm, ncclxSystemError, "%s: cannot allocate %zu bytes of scratch", what,
-                  bytes);
-}
-
 static int rangesOverlap(const void* a, size_t alen, const void* b, size_t blen) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
   return alen && blen && x < y + blen && y < x + alen;
@@ -63,7 +43,7 @@ static ncclxResult_t viewPairwise(struct ncclxComm* comm, const a2aView* v, nccl
   copySelf(comm, v);
   for (int k = 1; k < n; k++) {
     size_t to = (size_t)((r + k) % n), from = (size_t)((r - k + n) % n);
-    NCCLX_CHECK(sendRecv(comm, (int)to, v->src + to * v->srcStride, v->len, (int)from,
+    NCCLX_CHECK(collSendRecv(comm, (int)to, v->src + to * v->srcStride, v->len, (int)from,
                          v->dst + from * v->dstStride, v->len));
   }
   return ncclxSuccess;
@@ -103,7 +83,7 @@ static ncclxResult_t viewBruck(struct ncclxComm* comm, const a2aView* v, ncclxXf
     size_t cnt = 0;
     for (int i = 1; i < n; i++)
       if (i & k) memcpy(packOut + len * cnt++, work + (size_t)i * len, len);
-    NCCLX_CHECK(sendRecv(comm, (r + k) % n, packOut, cnt * len, (r - k + n) % n, packIn,
+    NCCLX_CHECK(collSendRecv(comm, (r + k) % n, packOut, cnt * len, (r - k + n) % n, packIn,
                          cnt * len));
     cnt = 0;
     for (int i = 1; i < n; i++)
@@ -135,11 +115,11 @@ static ncclxResult_t alltoallRun(struct ncclxComm* comm, const ncclxCollArgs* a,
     res = fn(comm, &v, xfers, NULL);
   } else {
     size_t perWindowBlocks = (stage ? (size_t)n : 0) + workBlocks;
-    size_t win = chunkBytes(comm) / perWindowBlocks;
+    size_t win = collPieceBytes(comm) / perWindowBlocks;
     if (win == 0) win = 1;
     if (win > blk) win = blk;
     char* scratch;
-    res = getScratch(comm, "alltoall", perWindowBlocks * win, &scratch);
+    res = collScratch(comm, "alltoall", perWindowBlocks * win, &scratch);
     char* work = res == ncclxSuccess ? scratch + (stage ? (size_t)n * win : 0) : NULL;
     for (size_t off = 0; res == ncclxSuccess && off < blk; off += win) {
       size_t w = blk - off < win ? blk - off : win;
@@ -219,7 +199,7 @@ static ncclxResult_t alltoallvPrepare(struct ncclxComm* comm, const ncclxCollArg
       rangesOverlap((const char*)a->sendbuff + slo, shi - slo, (char*)a->recvbuff + rlo,
                     rhi - rlo)) {
     char* stage;
-    NCCLX_CHECK(getScratch(comm, "alltoallv", shi - slo, &stage));
+    NCCLX_CHECK(collScratch(comm, "alltoallv", shi - slo, &stage));
     memcpy(stage, (const char*)a->sendbuff + slo, shi - slo);
     s->sendBase = stage;
     s->sendShift = slo;
@@ -236,7 +216,7 @@ ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) 
   NCCLX_CHECK(alltoallvPrepare(comm, a, &s));
   for (int k = 1; k < n; k++) {
     int to = (r + k) % n, from = (r - k + n) % n;
-    NCCLX_CHECK(sendRecv(comm, to, a2avSendPtr(&s, a, to), a->sendcounts[to] * s.sz, from,
+    NCCLX_CHECK(collSendRecv(comm, to, a2avSendPtr(&s, a, to), a->sendcounts[to] * s.sz, from,
                          a2avRecvPtr(&s, a, from), a->recvcounts[from] * s.sz));
   }
   return ncclxSuccess;

@@ -13,18 +13,6 @@
 
 #define MAX_TREE_CHILDREN 33 /* a binomial tree over < 2^32 ranks, plus the parent */
 
-static size_t pieceBytes(const struct ncclxComm* comm) {
-  return comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
-}
-
-static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
-                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
-  if (sendBytes == 0) sendPeer = -1;
-  if (recvBytes == 0) recvPeer = -1;
-  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
-  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
-}
-
 static int realRank(int vrank, int root, int n) { return (vrank + root) % n; }
 
 /* Pipelined one-to-many copy: receive the buffer from parent (unless < 0) into buf and
@@ -82,7 +70,7 @@ ncclxResult_t reduceTree(struct ncclxComm* comm, const ncclxCollArgs* a) {
   size_t sz = ncclxTypeSize(a->datatype);
   if (a->count == 0) return ncclxSuccess;
   int vrank = (r - root + n) % n;
-  size_t piece = pieceBytes(comm) / sz;
+  size_t piece = collPieceBytes(comm) / sz;
   if (piece == 0) piece = 1;
   char* scratch = commScratch(comm, 2 * piece * sz);
   if (!scratch)
@@ -95,11 +83,11 @@ ncclxResult_t reduceTree(struct ncclxComm* comm, const ncclxCollArgs* a) {
     char* acc = vrank == 0 ? (char*)a->recvbuff + off * sz : scratch;
     for (int mask = 1; mask < n; mask <<= 1) {
       if (vrank & mask) {
-        NCCLX_CHECK(sendRecv(comm, realRank(vrank - mask, root, n), cur, len * sz, -1, NULL, 0));
+        NCCLX_CHECK(collSendRecv(comm, realRank(vrank - mask, root, n), cur, len * sz, -1, NULL, 0));
         break;
       }
       if (vrank + mask < n) {
-        NCCLX_CHECK(sendRecv(comm, -1, NULL, 0, realRank(vrank + mask, root, n), tmp, len * sz));
+        NCCLX_CHECK(collSendRecv(comm, -1, NULL, 0, realRank(vrank + mask, root, n), tmp, len * sz));
         ncclxReduce2(acc, cur, tmp, len, a->datatype, a->op);
         cur = acc;
       }

@@ -31,26 +31,6 @@ typedef struct {
 
 enum { TREE_INTRA = 1, TREE_INTER = 2, TREE_BOTH = 3 };
 
-static size_t pieceBytes(const struct ncclxComm* comm) {
-  return comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
-}
-
-static ncclxResult_t getScratch(struct ncclxComm* comm, const char* what, size_t bytes,
-                                char** out) {
-  *out = commScratch(comm, bytes ? bytes : 1);
-  if (*out) return ncclxSuccess;
-  /* The other ranks are already waiting for this one: fail the comm so they stop too. */
-  return commFail(comm, ncclxSystemError, "%s: cannot allocate %zu bytes of scratch", what, bytes);
-}
-
-static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
-                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
-  if (sendBytes == 0) sendPeer = -1;
-  if (recvBytes == 0) recvPeer = -1;
-  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
-  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
-}
-
 /* Binomial tree over positions 0..n-1 rooted at 0: returns v's parent (-1 for 0) and fills
  * its children, largest subtree first. */
 static int binomialLinks(int v, int n, int* children, int* nchildren) {
@@ -95,7 +75,7 @@ static void treeBuild(const struct ncclxHostMap* m, int rank, int root, int leve
  * children. src is what this rank forwards (the root's source, buf elsewhere). */
 static ncclxResult_t treeBcast(struct ncclxComm* comm, const hierTree* t, const char* src,
                                char* buf, size_t bytes) {
-  size_t piece = pieceBytes(comm), npieces = (bytes + piece - 1) / piece;
+  size_t piece = collPieceBytes(comm), npieces = (bytes + piece - 1) / piece;
   ncclxXfer x[HIER_MAX_CHILDREN + 1];
   for (size_t j = 0; j <= npieces; j++) {
     int nx = 0;
@@ -121,12 +101,12 @@ static ncclxResult_t treeBcast(struct ncclxComm* comm, const hierTree* t, const 
  * as a Sum. */
 static ncclxResult_t treeReduce(struct ncclxComm* comm, const hierTree* t, const char* send,
                                 char* out, size_t count, ncclxDataType_t type, ncclxRedOp_t op) {
-  size_t sz = ncclxTypeSize(type), piece = pieceBytes(comm) / sz;
+  size_t sz = ncclxTypeSize(type), piece = collPieceBytes(comm) / sz;
   if (piece == 0) piece = 1;
   size_t npieces = (count + piece - 1) / piece;
   int isRoot = t->parent < 0;
   char* scratch;
-  NCCLX_CHECK(getScratch(comm, "reduce", ((size_t)t->nchildren + 2) * piece * sz, &scratch));
+  NCCLX_CHECK(collScratch(comm, "reduce", ((size_t)t->nchildren + 2) * piece * sz, &scratch));
   char* acc[2] = {scratch + (size_t)t->nchildren * piece * sz,
                   scratch + ((size_t)t->nchildren + 1) * piece * sz};
   const char* partial[2] = {NULL, NULL}; /* what goes to the parent, per piece parity */
@@ -200,11 +180,11 @@ static ncclxResult_t leadersRing(struct ncclxComm* comm, const struct ncclxHostM
                                  ncclxRedOp_t op) {
   int H = m->nhosts, me = m->hostOf[comm->rank];
   int next = hostMapLeader(m, (me + 1) % H), prev = hostMapLeader(m, (me + H - 1) % H);
-  size_t sz = ncclxTypeSize(type), piece = pieceBytes(comm) / sz;
+  size_t sz = ncclxTypeSize(type), piece = collPieceBytes(comm) / sz;
   if (piece == 0) piece = 1;
   size_t segMax = piece * (size_t)H;
   char* tmp;
-  NCCLX_CHECK(getScratch(comm, "allreduce", piece * sz, &tmp));
+  NCCLX_CHECK(collScratch(comm, "allreduce", piece * sz, &tmp));
   for (size_t segOff = 0; segOff < count; segOff += segMax) {
     size_t len = count - segOff < segMax ? count - segOff : segMax;
     char* seg = buf + segOff * sz;
@@ -213,14 +193,14 @@ static ncclxResult_t leadersRing(struct ncclxComm* comm, const struct ncclxHostM
     /* Reduce-scatter: after H-1 steps this leader holds block me+1 complete. */
     for (int s = 0; s < H - 1; s++) {
       int sb = (me - s + H) % H, rb = (me - s - 1 + H) % H;
-      NCCLX_CHECK(sendRecv(comm, next, BLK(sb), BLEN(sb), prev, tmp, BLEN(rb)));
+      NCCLX_CHECK(collSendRecv(comm, next, BLK(sb), BLEN(sb), prev, tmp, BLEN(rb)));
       ncclxReduce2(BLK(rb), BLK(rb), tmp, BLEN(rb) / sz, type, op);
     }
     /* Allgather the finished blocks around the ring. */
     int own = (me + 1) % H;
     for (int s = 0; s < H - 1; s++) {
       int sb = (own - s + H) % H, rb = (me - s + H) % H;
-      NCCLX_CHECK(sendRecv(comm, next, BLK(sb), BLEN(sb), prev, BLK(rb), BLEN(rb)));
+      NCCLX_CHECK(collSendRecv(comm, next, BLK(sb), BLEN(sb), prev, BLK(rb), BLEN(rb)));
     }
 #undef BLK
 #undef BLEN
@@ -286,7 +266,7 @@ ncclxResult_t allgatherHier(struct ncclxComm* comm, const ncclxCollArgs* a) {
   ncclxResult_t res = ncclxSuccess;
   /* Gather the host's blocks at the leader, straight into place. */
   if (r != leader) {
-    res = sendRecv(comm, leader, own, blk, -1, NULL, 0);
+    res = collSendRecv(comm, leader, own, blk, -1, NULL, 0);
   } else if (k > 1) {
     int nx = 0;
     for (int i = 1; i < k; i++) {

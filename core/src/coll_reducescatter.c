@@ -9,27 +9,6 @@
 #include "reduce.h"
 #include "xfer.h"
 
-static ncclxResult_t sendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
-                              size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
-  if (sendBytes == 0) sendPeer = -1;
-  if (recvBytes == 0) recvPeer = -1;
-  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
-  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
-}
-
-static size_t pieceElems(const struct ncclxComm* comm, size_t typeSize) {
-  size_t bytes = comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
-  size_t n = bytes / typeSize;
-  return n ? n : 1;
-}
-
-static ncclxResult_t getScratch(struct ncclxComm* comm, size_t bytes, char** out) {
-  *out = commScratch(comm, bytes ? bytes : 1);
-  if (*out) return ncclxSuccess;
-  return commFail(comm, ncclxSystemError, "reducescatter: cannot allocate %zu bytes of scratch",
-                  bytes);
-}
-
 /* Avg is a Sum divided once at the end, on the finished block. */
 static ncclxResult_t finish(const struct ncclxComm* comm, const ncclxCollArgs* a) {
   if (a->op == ncclxAvg) ncclxAvgFinish(a->recvbuff, a->count, a->datatype, comm->nranks);
@@ -56,9 +35,9 @@ ncclxResult_t reducescatterRing(struct ncclxComm* comm, const ncclxCollArgs* a) 
   const char* send = a->sendbuff;
   char* recv = a->recvbuff;
   int next = (r + 1) % n, prev = (r + n - 1) % n;
-  size_t piece = pieceElems(comm, sz);
+  size_t piece = collPieceElems(comm, sz);
   char* scratch;
-  NCCLX_CHECK(getScratch(comm, 3 * piece * sz, &scratch));
+  NCCLX_CHECK(collScratch(comm, "reducescatter", 3 * piece * sz, &scratch));
   char* bufs[2] = {scratch, scratch + piece * sz};
   char* stage = scratch + 2 * piece * sz;
   /* Incoming pieces are reduced as they arrive, staged in messages of a quarter piece. */
@@ -94,14 +73,14 @@ ncclxResult_t reducescatterPairwise(struct ncclxComm* comm, const ncclxCollArgs*
   if (n == 1) return finish(comm, a);
   const char* send = a->sendbuff;
   char* recv = a->recvbuff;
-  size_t piece = pieceElems(comm, sz);
+  size_t piece = collPieceElems(comm, sz);
   char* tmp;
-  NCCLX_CHECK(getScratch(comm, piece * sz, &tmp));
+  NCCLX_CHECK(collScratch(comm, "reducescatter", piece * sz, &tmp));
   for (size_t off = 0; off < rc; off += piece) {
     size_t len = rc - off < piece ? rc - off : piece, bytes = len * sz;
     for (int k = 1; k < n; k++) {
       int dst = (r + k) % n, src = (r - k + n) % n;
-      NCCLX_CHECK(sendRecv(comm, dst, send + ((size_t)dst * rc + off) * sz, bytes, src, tmp, bytes));
+      NCCLX_CHECK(collSendRecv(comm, dst, send + ((size_t)dst * rc + off) * sz, bytes, src, tmp, bytes));
       ncclxReduce2(recv + off * sz, recv + off * sz, tmp, len, a->datatype, a->op);
     }
   }

@@ -1,0 +1,26 @@
+/* Small helpers shared by the collective algorithms (declared in coll.h). */
+#include "coll.h"
+#include "xfer.h"
+
+ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf, size_t sendBytes,
+                           int recvPeer, void* recvBuf, size_t recvBytes) {
+  if (sendBytes == 0) sendPeer = -1;
+  if (recvBytes == 0) recvPeer = -1;
+  if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
+  return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
+}
+
+size_t collPieceBytes(const struct ncclxComm* comm) {
+  return comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
+}
+
+size_t collPieceElems(const struct ncclxComm* comm, size_t typeSize) {
+  size_t n = collPieceBytes(comm) / typeSize;
+  return n ? n : 1;
+}
+
+ncclxResult_t collScratch(struct ncclxComm* comm, const char* what, size_t bytes, char** out) {
+  *out = commScratch(comm, bytes ? bytes : 1);
+  if (*out) return ncclxSuccess;
+  return commFail(comm, ncclxSystemError, "%s: cannot allocate %zu bytes of scratch", what, bytes);
+}
