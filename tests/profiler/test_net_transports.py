@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from trace_run import load_traces as load, run_perf
+from trace_run import expect_no_net_events, load_traces as load, run_perf
 
 SOCKET_ID = 0x534F434B
 OFI_ID = 0x4F4649
@@ -81,11 +81,7 @@ def main():
         if rc != 0:
             print(out)
             errors.append("socket, events = coll: ncclx-perf exited %d" % rc)
-        for path, evs in load(d).items():
-            n = sum(1 for e in evs if e.get("cat") == "net")
-            print("socket, events = coll: %s: %d NET events" % (os.path.basename(path), n))
-            if n:
-                errors.append("%s: %d NET events although net is not in the activation mask" % (path, n))
+        expect_no_net_events("socket, events = coll", d, errors)
 
         if ofi and os.path.exists(ofi):
             d = os.path.join(tmp, "ofi")

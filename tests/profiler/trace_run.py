@@ -32,3 +32,13 @@ def load_traces(outdir):
         with open(path) as f:
             traces[path] = [json.loads(l.rstrip(",\n")) for l in f if l.strip() not in ("[", "]", "")]
     return traces
+
+
+def expect_no_net_events(label, outdir, errors):
+    """Every trace in outdir has no NET event (net was left out of the activation mask);
+    appends a message to errors for each that has some."""
+    for path, evs in load_traces(outdir).items():
+        n = sum(1 for e in evs if e.get("cat") == "net")
+        print("%s: %s: %d NET events" % (label, os.path.basename(path), n))
+        if n:
+            errors.append("%s: %d NET events although net is not in the activation mask" % (path, n))
