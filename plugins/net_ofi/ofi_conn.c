@@ -68,8 +68,9 @@ static void ctrlSendDone(ofiOp* op, size_t len, int err, const char* msg) {
 
 /* 1 when posted (or failed for good), 0 when the provider wants us to try again later. */
 static int replyPost(ofiDevice* d, ofiCtrlSend* cs) {
-  ssize_t ret = ofiPostTagged(d, &cs->op, &cs->obj, ctrlSendDone, 1, &cs->msg, sizeof(cs->msg),
-                              NULL, cs->to, OFI_CTRL_TAG(OFI_KIND_REPLY, cs->msg.pendingId), 0);
+  size_t len = offsetof(ofiReplyMsg, addr) + (size_t)cs->msg.neps * cs->msg.addrLen;
+  ssize_t ret = ofiPostTagged(d, 0, &cs->op, &cs->obj, ctrlSendDone, 1, &cs->msg, len, NULL, cs->to,
+                              OFI_CTRL_TAG(OFI_KIND_REPLY, cs->msg.pendingId), 0);
   if (ret == -FI_EAGAIN) return 0;
   if (ret != 0)
     OFI_WARN(d->ctx, "%s: sending a connection reply failed: %s", d->name, fi_strerror((int)-ret));
@@ -77,8 +78,9 @@ static int replyPost(ofiDevice* d, ofiCtrlSend* cs) {
   return 1;
 }
 
+/* An OK reply carries the listener's first neps endpoint addresses. */
 static void sendReply(ofiDevice* d, fi_addr_t to, uint32_t pendingId, uint32_t status,
-                      uint32_t connId) {
+                      uint32_t connId, int neps) {
   ofiCtrlSend* cs = calloc(1, sizeof(*cs));
   if (!cs) return;
   ofiObjInit(&cs->obj, OFI_OBJ_CTRL, d, destroyFree);
@@ -88,6 +90,9 @@ static void sendReply(ofiDevice* d, fi_addr_t to, uint32_t pendingId, uint32_t s
   cs->msg.connId = connId;
   cs->msg.pendingId = pendingId;
   cs->msg.who = d->ctx->self;
+  cs->msg.addrLen = (uint16_t)d->addrLen;
+  cs->msg.neps = (uint16_t)neps;
+  for (int i = 0; i < neps; i++) memcpy(cs->msg.addr + (size_t)i * d->addrLen, d->addrs[i], d->addrLen);
   if (d->replyQueue == NULL && replyPost(d, cs)) return;
   /* Keep replies in order behind those already waiting; ofiProgress retries them. */
   ofiCtrlSend** tail = &d->replyQueue;
@@ -110,7 +115,7 @@ static void postCtrlRecv(ofiListenComm* lc, ofiCtrlRecv* rx) {
   ofiDevice* d = lc->obj.dev;
   if (rx->op.posted) return;
   ssize_t ret =
-      ofiPostTagged(d, &rx->op, &lc->obj, ctrlRecvDone, 0, &rx->msg, sizeof(rx->msg), NULL,
+      ofiPostTagged(d, 0, &rx->op, &lc->obj, ctrlRecvDone, 0, &rx->msg, sizeof(rx->msg), NULL,
                     FI_ADDR_UNSPEC, OFI_CTRL_TAG(OFI_KIND_CONNECT, lc->listenId), 0);
   if (ret != 0 && ret != -FI_EAGAIN) /* EAGAIN: accept() posts it again */
     OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s", d->name, fi_strerror((int)-ret));
@@ -133,36 +138,41 @@ static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len)
   ofiCtx* ctx = d->ctx;
   size_t head = offsetof(ofiConnectMsg, addr);
   if (len < head || m->magic != OFI_CONNECT_MAGIC || m->addrLen == 0 || m->addrLen > OFI_MAX_ADDR ||
-      len < head + m->addrLen) {
+      m->neps == 0 || m->neps > OFI_MAX_EPS || len < head + (size_t)m->neps * m->addrLen) {
     OFI_WARN(ctx,
              "%s: refused a connect message of %zu bytes on listener %u: not from an ncclx "
-             "ofi peer (bad magic or length)",
+             "ofi peer (bad magic, length or endpoint count)",
              d->name, len, lc->listenId);
     return;
   }
   char peerName[128];
   ofiFormatAddr(d, m->addr, m->addrLen, peerName, sizeof(peerName));
-  fi_addr_t fa;
-  if (ofiPeerInsert(d, m->addr, m->addrLen, &fa) != ncclxSuccess) return;
+  fi_addr_t fa[OFI_MAX_EPS];
+  if (ofiPeerInsert(d, m->addr, m->addrLen, &fa[0]) != ncclxSuccess) return;
   if (m->nonce != lc->nonce || m->listenId != lc->listenId) {
     OFI_WARN(ctx,
              "%s: refused connection from %s (pid %u) on listener %u: wrong nonce (a "
              "stranger, or a sender holding a stale handle)",
              d->name, peerName, m->who.pid, lc->listenId);
-    sendReply(d, fa, m->pendingId, OFI_REPLY_BAD_NONCE, 0);
+    sendReply(d, fa[0], m->pendingId, OFI_REPLY_BAD_NONCE, 0, 0);
     return;
   }
+  /* Data spreads over the endpoints both sides have. */
+  int neps = m->neps < d->neps ? m->neps : d->neps;
+  for (int i = 1; i < neps; i++)
+    if (ofiPeerInsert(d, m->addr + (size_t)i * m->addrLen, m->addrLen, &fa[i]) != ncclxSuccess)
+      return;
   uint32_t connId = d->nextConnId;
   d->nextConnId = (d->nextConnId + 1) & OFI_CONN_ID_MASK;
-  ofiComm* c = ofiCommCreate(d, OFI_OBJ_RECV, fa, connId, m->pendingId, &m->who, peerName);
+  ofiComm* c = ofiCommCreate(d, OFI_OBJ_RECV, fa, neps, connId, m->pendingId, &m->who, peerName);
   if (!c || pushReady(lc, c) != 0) {
     OFI_WARN(ctx, "%s: out of memory accepting a connection from %s", d->name, peerName);
     if (c) ofiObjRelease(&c->obj);
     return;
   }
-  OFI_TRACE(ctx, "%s: accepted %s (pid %u) on listener %u as connection %u", d->name, peerName,
-            m->who.pid, lc->listenId, connId);
-  sendReply(d, fa, m->pendingId, OFI_REPLY_OK, connId);
+  OFI_TRACE(ctx, "%s: accepted %s (pid %u) on listener %u as connection %u over %d endpoint(s)",
+            d->name, peerName, m->who.pid, lc->listenId, connId, neps);
+  sendReply(d, fa[0], m->pendingId, OFI_REPLY_OK, connId, neps);
 }
 
 static void ctrlRecvDone(ofiOp* op, size_t len, int err, const char* msg) {
@@ -217,7 +227,7 @@ ncclxResult_t ofiListen(void* vctx, int dev, void* handle, void** listenComm) {
   h.nonce = lc->nonce;
   h.hostHash = ctx->self.hostHash;
   h.startTime = ctx->self.startTime;
-  memcpy(h.addr, d->addr, d->addrLen);
+  memcpy(h.addr, d->addrs[0], d->addrLen);
   memset(handle, 0, NCCLX_NET_HANDLE_MAXSIZE);
   memcpy(handle, &h, sizeof(h));
   OFI_TRACE(ctx, "listening on %s (%s) as listener %u", d->name, d->addrStr, lc->listenId);
@@ -255,7 +265,7 @@ ncclxResult_t ofiCloseListen(void* listenComm) {
   for (int i = 0; i < lc->nready; i++) ofiObjRelease(&lc->ready[i]->obj);
   lc->nready = 0;
   for (int i = 0; i < OFI_CTRL_RECVS; i++)
-    if (lc->rx[i].op.posted) (void)fi_cancel(&d->ep->fid, &lc->rx[i].op.fctx);
+    ofiCancel(d, &lc->rx[i].op);
   ofiObjRelease(&lc->obj); /* freed once the cancelled receives complete */
   pthread_mutex_unlock(&d->lock);
   return ncclxSuccess;
@@ -286,7 +296,7 @@ static void pendingReplyDone(ofiOp* op, size_t len, int err, const char* msg) {
 }
 
 static void pendingFree(ofiPending* p) {
-  if (p->replyOp.posted) (void)fi_cancel(&p->obj.dev->ep->fid, &p->replyOp.fctx);
+  ofiCancel(p->obj.dev, &p->replyOp);
   ofiObjRelease(&p->obj); /* freed once its operations complete */
 }
 
@@ -361,7 +371,7 @@ static ncclxResult_t pendingStart(ofiDevice* d, const ofiHandle* h, void** owner
     return res;
   }
   ssize_t ret =
-      ofiPostTagged(d, &p->replyOp, &p->obj, pendingReplyDone, 0, &p->reply, sizeof(p->reply), NULL,
+      ofiPostTagged(d, 0, &p->replyOp, &p->obj, pendingReplyDone, 0, &p->reply, sizeof(p->reply), NULL,
                     FI_ADDR_UNSPEC, OFI_CTRL_TAG(OFI_KIND_REPLY, p->pendingId), 0);
   if (ret != 0) {
     OFI_WARN(ctx, "connect to %s: posting the reply receive failed: %s", p->peerName,
@@ -371,11 +381,13 @@ static ncclxResult_t pendingStart(ofiDevice* d, const ofiHandle* h, void** owner
   }
   p->msg.magic = OFI_CONNECT_MAGIC;
   p->msg.addrLen = (uint16_t)d->addrLen;
+  p->msg.neps = (uint16_t)d->neps;
   p->msg.listenId = h->listenId;
   p->msg.pendingId = p->pendingId;
   p->msg.nonce = h->nonce;
   p->msg.who = ctx->self;
-  memcpy(p->msg.addr, d->addr, d->addrLen);
+  for (int i = 0; i < d->neps; i++)
+    memcpy(p->msg.addr + (size_t)i * d->addrLen, d->addrs[i], d->addrLen);
   *out = p;
   return ncclxSuccess;
 }
@@ -383,8 +395,8 @@ static ncclxResult_t pendingStart(ofiDevice* d, const ofiHandle* h, void** owner
 static void pendingTrySend(ofiPending* p) {
   ofiDevice* d = p->obj.dev;
   if (p->sendPosted) return;
-  size_t len = offsetof(ofiConnectMsg, addr) + p->msg.addrLen;
-  ssize_t ret = ofiPostTagged(d, &p->sendOp, &p->obj, pendingSendDone, 1, &p->msg, len, NULL,
+  size_t len = offsetof(ofiConnectMsg, addr) + (size_t)p->msg.neps * p->msg.addrLen;
+  ssize_t ret = ofiPostTagged(d, 0, &p->sendOp, &p->obj, pendingSendDone, 1, &p->msg, len, NULL,
                               p->peer, OFI_CTRL_TAG(OFI_KIND_CONNECT, p->handle.listenId), 0);
   if (ret == 0) {
     p->sendPosted = 1;
@@ -447,18 +459,34 @@ ncclxResult_t ofiConnect(void* vctx, int dev, const void* handle, void** sendCom
   uint64_t now = ofiNowNs();
   if (!p->replyDone) pendingCheckListener(p, now);
 
-  if (!p->failErr && p->replyDone && p->replyLen >= sizeof(ofiReplyMsg) &&
+  const size_t replyHead = offsetof(ofiReplyMsg, addr);
+  if (!p->failErr && p->replyDone && p->replyLen >= replyHead &&
       p->reply.magic == OFI_REPLY_MAGIC && p->reply.status == OFI_REPLY_BAD_NONCE) {
     p->failErr = FI_ECONNREFUSED;
     snprintf(p->failMsg, sizeof(p->failMsg),
              "the listener refused the connection: wrong "
              "nonce (a stale handle, or one from another job)");
   } else if (!p->failErr && p->replyDone &&
-             (p->replyLen < sizeof(ofiReplyMsg) || p->reply.magic != OFI_REPLY_MAGIC ||
-              p->reply.status != OFI_REPLY_OK || p->reply.pendingId != p->pendingId)) {
+             (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||
+              p->reply.status != OFI_REPLY_OK || p->reply.pendingId != p->pendingId ||
+              p->reply.neps == 0 || p->reply.neps > d->neps || p->reply.addrLen == 0 ||
+              p->reply.addrLen > OFI_MAX_ADDR ||
+              p->replyLen < replyHead + (size_t)p->reply.neps * p->reply.addrLen)) {
     p->failErr = FI_EOTHER;
-    snprintf(p->failMsg, sizeof(p->failMsg), "invalid connect reply (%zu bytes, status %u)",
-             p->replyLen, p->reply.status);
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "invalid connect reply (%zu bytes, status %u, %u endpoint(s))", p->replyLen,
+             p->reply.status, (unsigned)p->reply.neps);
+  }
+  fi_addr_t peers[OFI_MAX_EPS];
+  if (!p->failErr && p->replyDone && p->sendDone) {
+    peers[0] = p->peer; /* the handle's address: endpoint 0 */
+    for (int i = 1; i < p->reply.neps && !p->failErr; i++)
+      if (ofiPeerInsert(d, p->reply.addr + (size_t)i * p->reply.addrLen, p->reply.addrLen,
+                        &peers[i]) != ncclxSuccess) {
+        p->failErr = FI_EOTHER;
+        snprintf(p->failMsg, sizeof(p->failMsg),
+                 "cannot add the listener's endpoint %d to the address vector", i);
+      }
   }
   if (p->failErr) {
     res = p->failErr == FI_EOTHER ? ncclxRemoteError : ofiErrClass(p->failErr);
@@ -467,13 +495,13 @@ ncclxResult_t ofiConnect(void* vctx, int dev, const void* handle, void** sendCom
     pendingFree(p);
   } else if (p->replyDone && p->sendDone) {
     ofiIdentity who = p->reply.who;
-    ofiComm* c =
-        ofiCommCreate(d, OFI_OBJ_SEND, p->peer, p->reply.connId, p->pendingId, &who, p->peerName);
+    ofiComm* c = ofiCommCreate(d, OFI_OBJ_SEND, peers, p->reply.neps, p->reply.connId, p->pendingId,
+                               &who, p->peerName);
     if (!c) {
       res = ncclxSystemError;
     } else {
-      OFI_TRACE(ctx, "connected to %s (listener %u) as connection %u", p->peerName, h.listenId,
-                p->reply.connId);
+      OFI_TRACE(ctx, "connected to %s (listener %u) as connection %u over %u endpoint(s)",
+                p->peerName, h.listenId, p->reply.connId, (unsigned)p->reply.neps);
       *sendComm = c;
     }
     pendingFree(p);

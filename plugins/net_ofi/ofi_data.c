@@ -1,6 +1,8 @@
 /* Send and receive comms: posting tagged messages, completing requests, noticing dead
  * peers, closing. Message k of a connection carries tag DATA|connId|k and its receive is
- * posted with exactly that tag, so it can land nowhere else.
+ * posted with exactly that tag, so it can land nowhere else. With several endpoints per
+ * connection, message k travels between the two sides' endpoints k % neps (the receive is
+ * posted there too); control, clear-to-send and probe messages use endpoint 0.
  *
  * Clear-to-send mode (d->clearToSend): a receive is posted, then announced to the sender
  * with its capacity on DATA|CTS|ctsId|k; the sender sends message k only after that
@@ -19,12 +21,15 @@
 
 static void destroyComm(ofiObj* obj) { free(obj); }
 
-ofiComm* ofiCommCreate(ofiDevice* d, uint32_t kind, fi_addr_t peer, uint32_t connId, uint32_t ctsId,
-                       const ofiIdentity* peerId, const char* peerName) {
+ofiComm* ofiCommCreate(ofiDevice* d, uint32_t kind, const fi_addr_t* peers, int neps,
+                       uint32_t connId, uint32_t ctsId, const ofiIdentity* peerId,
+                       const char* peerName) {
   ofiComm* c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   ofiObjInit(&c->obj, kind, d, destroyComm);
-  c->peer = peer;
+  c->peer = peers[0];
+  c->neps = neps;
+  for (int i = 0; i < neps; i++) c->dataPeer[i] = peers[i];
   c->connId = connId;
   c->ctsId = ctsId;
   c->peerId = *peerId;
@@ -41,12 +46,12 @@ static int isComm(const void* comm, uint32_t kind) {
 /* Cancel every operation of c that libfabric still holds (receives complete with
  * FI_ECANCELED; sends usually cannot be cancelled and complete on their own). */
 static void commCancel(ofiComm* c) {
-  struct fid* ep = &c->obj.dev->ep->fid;
+  ofiDevice* d = c->obj.dev;
   for (int i = 0; i < NCCLX_NET_MAX_REQUESTS; i++) {
-    if (c->reqs[i].cop.posted) (void)fi_cancel(ep, &c->reqs[i].cop.fctx);
-    if (c->reqs[i].op.posted) (void)fi_cancel(ep, &c->reqs[i].op.fctx);
+    ofiCancel(d, &c->reqs[i].cop);
+    ofiCancel(d, &c->reqs[i].op);
   }
-  if (c->probe.posted) (void)fi_cancel(ep, &c->probe.fctx);
+  ofiCancel(d, &c->probe);
 }
 
 /* The first failure of a comm is sticky: later calls on it return the same error. */
@@ -138,18 +143,19 @@ static ssize_t postPart(ofiReq* r, int what) {
   ofiComm* c = r->comm;
   ofiDevice* d = c->obj.dev;
   int send = c->obj.kind == OFI_OBJ_SEND;
+  int ep = (int)(r->seq % (uint32_t)c->neps);
   ssize_t ret;
   if (what == OFI_POST_CTS) {
-    ret = ofiPostTagged(d, &r->cop, &c->obj, ctsDone, 1, &r->cts, sizeof(r->cts), NULL, c->peer,
+    ret = ofiPostTagged(d, 0, &r->cop, &c->obj, ctsDone, 1, &r->cts, sizeof(r->cts), NULL, c->peer,
                         OFI_DATA_TAG(c->ctsId, r->seq) | OFI_TAG_CTS, 0);
   } else if (send && r->refused) {
-    ret = ofiPostTagged(d, &r->op, &c->obj, msgDone, 1, c->probeBuf, 0, NULL, c->peer,
+    ret = ofiPostTagged(d, ep, &r->op, &c->obj, msgDone, 1, c->probeBuf, 0, NULL, c->dataPeer[ep],
                         OFI_DATA_TAG(c->connId, r->seq) | OFI_TAG_REFUSE, 0);
   } else {
     void* buf = r->size ? r->buf : (void*)c->probeBuf; /* some providers dislike NULL */
     /* A receive also matches the refusal of its message (the REFUSE bit is ignored). */
-    ret = ofiPostTagged(d, &r->op, &c->obj, msgDone, send, buf, r->size, r->mhandle,
-                        send ? c->peer : FI_ADDR_UNSPEC, OFI_DATA_TAG(c->connId, r->seq),
+    ret = ofiPostTagged(d, ep, &r->op, &c->obj, msgDone, send, buf, r->size, r->mhandle,
+                        send ? c->dataPeer[ep] : FI_ADDR_UNSPEC, OFI_DATA_TAG(c->connId, r->seq),
                         send ? 0 : OFI_TAG_REFUSE);
   }
   if (ret == 0 && r->deferred == what) deferredRemove(d, r);
@@ -268,7 +274,7 @@ static void checkPeer(ofiComm* c) {
   }
   if (alive > 0 || c->probe.posted) return;
   ofiDevice* d = c->obj.dev;
-  ssize_t ret = ofiPostTagged(d, &c->probe, &c->obj, probeDone, 1, c->probeBuf, 1, NULL, c->peer,
+  ssize_t ret = ofiPostTagged(d, 0, &c->probe, &c->obj, probeDone, 1, c->probeBuf, 1, NULL, c->peer,
                               OFI_TAG_KIND(OFI_KIND_PROBE) | c->connId, 0);
   if (ret != 0 && ret != -FI_EAGAIN)
     commFail(c, ofiErrClass((int)-ret), "probing the peer failed: %s", fi_strerror((int)-ret));
@@ -306,7 +312,7 @@ static ncclxResult_t reqPost(ofiComm* c, void* data, size_t size, void* mhandle,
   ssize_t ret;
   for (int tries = 0;; tries++) {
     if (d->clearToSend && send)
-      ret = ofiPostTagged(d, &r->cop, &c->obj, ctsDone, 0, &r->cts, sizeof(r->cts), NULL,
+      ret = ofiPostTagged(d, 0, &r->cop, &c->obj, ctsDone, 0, &r->cts, sizeof(r->cts), NULL,
                           FI_ADDR_UNSPEC, OFI_DATA_TAG(c->ctsId, r->seq) | OFI_TAG_CTS, 0);
     else
       ret = postPart(r, OFI_POST_MSG);

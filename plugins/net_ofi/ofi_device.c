@@ -130,20 +130,27 @@ static void opComplete(ofiDevice* d, void* context, size_t len, uint64_t tag, in
   if (owner->released && owner->liveOps == 0 && owner->kind != OFI_OBJ_DEVICE) objFree(owner);
 }
 
-ssize_t ofiPostTagged(ofiDevice* d, ofiOp* op, ofiObj* owner, ofiOpDone done, int send, void* buf,
-                      size_t len, void* mhandle, fi_addr_t peer, uint64_t tag, uint64_t ignore) {
+ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone done, int send,
+                      void* buf, size_t len, void* mhandle, fi_addr_t peer, uint64_t tag,
+                      uint64_t ignore) {
   void* desc = NULL;
   ofiMrEntry* held = NULL;
   if (ofiMrDesc(d, mhandle, buf, len, &desc, &held) != ncclxSuccess) return -FI_EINVAL;
-  ssize_t ret = send ? fi_tsend(d->ep, buf, len, desc, peer, tag, &op->fctx)
-                     : fi_trecv(d->ep, buf, len, desc, peer, tag, ignore, &op->fctx);
+  struct fid_ep* e = d->eps[ep];
+  ssize_t ret = send ? fi_tsend(e, buf, len, desc, peer, tag, &op->fctx)
+                     : fi_trecv(e, buf, len, desc, peer, tag, ignore, &op->fctx);
   if (ret != 0) {
     ofiMrPut(d, held);
     return ret;
   }
   op->mr = held;
+  op->ep = ep;
   ofiOpPosted(op, owner, done);
   return 0;
+}
+
+void ofiCancel(ofiDevice* d, ofiOp* op) {
+  if (op->posted && d->eps[op->ep]) (void)fi_cancel(&d->eps[op->ep]->fid, &op->fctx);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -156,8 +163,9 @@ static void probeRecvDone(ofiOp* op, size_t len, int err, const char* msg);
  * them from piling up in the provider's unexpected-message queue. */
 static void postProbeRecv(ofiDevice* d) {
   ssize_t ret =
-      ofiPostTagged(d, &d->probeRecv, &d->self, probeRecvDone, 0, d->probeBuf, sizeof(d->probeBuf),
-                    NULL, FI_ADDR_UNSPEC, OFI_TAG_KIND(OFI_KIND_PROBE), OFI_PROBE_IGNORE);
+      ofiPostTagged(d, 0, &d->probeRecv, &d->self, probeRecvDone, 0, d->probeBuf,
+                    sizeof(d->probeBuf), NULL, FI_ADDR_UNSPEC, OFI_TAG_KIND(OFI_KIND_PROBE),
+                    OFI_PROBE_IGNORE);
   if (ret == 0) {
     d->probeRecvNeeded = 0;
   } else {
@@ -402,24 +410,34 @@ static ncclxResult_t openResources(ofiDevice* d) {
   ava.type =
       d->info->domain_attr->av_type != FI_AV_UNSPEC ? d->info->domain_attr->av_type : FI_AV_TABLE;
   OFI_TRY(fi_av_open(d->domain, &ava, &d->av, NULL), "fi_av_open");
-  OFI_TRY(fi_endpoint(d->domain, d->info, &d->ep, NULL), "fi_endpoint");
-  OFI_TRY(fi_ep_bind(d->ep, &d->av->fid, 0), "binding the address vector");
-  OFI_TRY(fi_ep_bind(d->ep, &d->cq->fid, FI_TRANSMIT | FI_RECV), "binding the completion queue");
-  OFI_TRY(fi_enable(d->ep), "fi_enable");
-
-  size_t len = sizeof(d->addr);
-  ret = fi_getname(&d->ep->fid, d->addr, &len);
-  if (ret == -FI_ETOOSMALL) {
-    OFI_WARN(ctx,
-             "device %s: endpoint address of %zu bytes does not fit in a connection handle "
-             "(at most %d)",
-             d->name, len, OFI_MAX_ADDR);
-    closeResources(d);
-    return ncclxSystemError;
+  /* Registrations bound to one endpoint (FI_MR_ENDPOINT) would not serve the others. */
+  int want = ctx->endpoints;
+  if (want > 1 && d->mrLocal && d->mrEndpoint) {
+    OFI_INFO(ctx, "device %s: the provider binds memory registrations to an endpoint; using 1 "
+             "endpoint instead of %d", d->name, want);
+    want = 1;
   }
-  OFI_TRY(ret, "fi_getname");
-  d->addrLen = len;
-  ofiFormatAddr(d, d->addr, len, d->addrStr, sizeof(d->addrStr));
+  for (int i = 0; i < want; i++) {
+    OFI_TRY(fi_endpoint(d->domain, d->info, &d->eps[i], NULL), "fi_endpoint");
+    d->neps = i + 1;
+    OFI_TRY(fi_ep_bind(d->eps[i], &d->av->fid, 0), "binding the address vector");
+    OFI_TRY(fi_ep_bind(d->eps[i], &d->cq->fid, FI_TRANSMIT | FI_RECV),
+            "binding the completion queue");
+    OFI_TRY(fi_enable(d->eps[i]), "fi_enable");
+    size_t len = sizeof(d->addrs[i]);
+    ret = fi_getname(&d->eps[i]->fid, d->addrs[i], &len);
+    if (ret == -FI_ETOOSMALL || (i > 0 && ret == 0 && len != d->addrLen)) {
+      OFI_WARN(ctx,
+               "device %s: endpoint address of %zu bytes does not fit in a connection handle "
+               "(at most %d, the same for every endpoint)",
+               d->name, len, OFI_MAX_ADDR);
+      closeResources(d);
+      return ncclxSystemError;
+    }
+    OFI_TRY(ret, "fi_getname");
+    d->addrLen = len;
+  }
+  ofiFormatAddr(d, d->addrs[0], d->addrLen, d->addrStr, sizeof(d->addrStr));
   postProbeRecv(d);
   return ncclxSuccess;
 }
@@ -430,7 +448,8 @@ ncclxResult_t ofiDeviceEnsureOpen(ofiDevice* d) {
   ncclxResult_t res = openResources(d);
   d->opened = res == ncclxSuccess ? 1 : -1;
   if (res == ncclxSuccess)
-    OFI_INFO(d->ctx, "device %d (%s) open at %s", d->index, d->name, d->addrStr);
+    OFI_INFO(d->ctx, "device %d (%s) open at %s with %d endpoint(s)", d->index, d->name,
+             d->addrStr, d->neps);
   return res;
 }
 
@@ -442,10 +461,13 @@ static void closeFid(ofiDevice* d, struct fid* fid, const char* what) {
 }
 
 static void closeResources(ofiDevice* d) {
-  /* The endpoint goes first: after it is closed no completion can reference our memory,
+  /* Endpoints go first: after they are closed no completion can reference our memory,
    * so objects still waiting for their operations can be freed. */
-  closeFid(d, d->ep ? &d->ep->fid : NULL, "endpoint");
-  d->ep = NULL;
+  for (int i = 0; i < d->neps; i++) {
+    closeFid(d, d->eps[i] ? &d->eps[i]->fid : NULL, "endpoint");
+    d->eps[i] = NULL;
+  }
+  d->neps = 0;
   while (d->objs) {
     ofiObj* o = d->objs;
     d->objs = o->next;

@@ -2,11 +2,13 @@
  * Internals of the libfabric network plugin (libncclx-net-ofi.so, plugin name "ofi").
  *
  * Design
- * - One device per distinct libfabric domain of the chosen provider. A device owns one
- *   FI_EP_RDM endpoint with one completion queue and one address vector; every listen, send
- *   and receive comm on that device shares them. A device mutex serializes all libfabric
- *   calls on it (we open the domain with FI_THREAD_DOMAIN), so comms may be used from
- *   different threads.
+ * - One device per distinct libfabric domain of the chosen provider. A device owns
+ *   `endpoints` FI_EP_RDM endpoints (1 by default) bound to one completion queue and one
+ *   address vector; every listen, send and receive comm on that device shares them. Control
+ *   messages use endpoint 0; data message k of a connection goes from the sender's endpoint
+ *   k % n to the receiver's endpoint k % n (n agreed at connect), so requests in flight spread
+ *   over n provider connections. A device mutex serializes all libfabric calls on it (we
+ *   open the domain with FI_THREAD_DOMAIN), so comms may be used from different threads.
  * - Everything is tagged messaging. The 64-bit tag says what a message is (OFI_KIND_*) and
  *   for data carries the receiver-assigned connection id and a per-connection sequence
  *   number, so message k of a connection can only land in receive k of that connection:
@@ -51,6 +53,7 @@
 #define OFI_TRACE(ctx, ...) OFI_LOG(ctx, NCCLX_LOG_TRACE, __VA_ARGS__)
 
 #define OFI_MAX_ADDR 88  /* endpoint address bytes carried in a handle */
+#define OFI_MAX_EPS 8    /* endpoints per device (`endpoints` in [net.ofi]) */
 #define OFI_CTRL_RECVS 4 /* connect messages a listener can take at once */
 #define OFI_MAX_MESSAGE ((size_t)1 << 30)
 #define OFI_CLOSE_WAIT_NS (200ull * 1000000ull) /* close() waits this long for cancels */
@@ -98,13 +101,13 @@ _Static_assert(sizeof(ofiHandle) <= NCCLX_NET_HANDLE_MAXSIZE, "ofi handle too la
 typedef struct {
   uint32_t magic;
   uint16_t addrLen;
-  uint16_t reserved;
+  uint16_t neps;      /* the sender's endpoints; their addresses follow, endpoint 0 first */
   uint32_t listenId;
   uint32_t pendingId; /* the reply goes to tag REPLY|pendingId; also the sender's id for
                          clear-to-send messages of this connection */
   uint64_t nonce;
   ofiIdentity who;
-  uint8_t addr[OFI_MAX_ADDR];
+  uint8_t addr[OFI_MAX_EPS * OFI_MAX_ADDR];
 } ofiConnectMsg;
 
 enum { OFI_REPLY_OK = 0, OFI_REPLY_BAD_NONCE = 1 };
@@ -116,6 +119,10 @@ typedef struct {
   uint32_t connId;
   uint32_t pendingId;
   ofiIdentity who;
+  uint16_t addrLen;
+  uint16_t neps; /* endpoints the connection uses: min of both sides; the listener's follow */
+  uint32_t reserved;
+  uint8_t addr[OFI_MAX_EPS * OFI_MAX_ADDR];
 } ofiReplyMsg;
 
 typedef struct ofiCtx ofiCtx;
@@ -133,6 +140,7 @@ struct ofiOp {
   int posted;            /* libfabric owns it until its completion is read */
   struct ofiMrEntry* mr; /* registration taken for this operation, dropped at completion */
   uint64_t ctag;         /* tag of the completed message (receives) */
+  int ep;                /* the device endpoint it was posted on (for fi_cancel) */
 };
 
 enum {
@@ -182,10 +190,11 @@ struct ofiDevice {
   struct fid_domain* domain;
   struct fid_av* av;
   struct fid_cq* cq;
-  struct fid_ep* ep;
+  struct fid_ep* eps[OFI_MAX_EPS]; /* endpoint 0 also carries control messages */
+  int neps;
   pthread_mutex_t lock;
-  uint8_t addr[OFI_MAX_ADDR];
-  size_t addrLen;
+  uint8_t addrs[OFI_MAX_EPS][OFI_MAX_ADDR];
+  size_t addrLen; /* of every endpoint's address (same provider, same format) */
   char name[64];
   char addrStr[128];
   char* pciPath;
@@ -225,6 +234,7 @@ struct ofiCtx {
   int mrForce;     /* register even when the provider does not ask for it */
   int clearToSend; /* -1 auto (on for providers known to need it), 0 off, 1 on */
   int pollFd;      /* open completion queues with a wait fd: 1, 0, or -1 = by provider */
+  int endpoints;   /* endpoints per device: 1..OFI_MAX_EPS */
   size_t rxmEagerLimit; /* FI_OFI_RXM_EAGER_LIMIT to set when unset; 0: leave libfabric's */
   ncclxProfilerCallback_t profiler; /* env->profiler: NET events per request (NULL: none) */
 };
@@ -257,7 +267,9 @@ enum { OFI_POST_MSG = 1, OFI_POST_CTS = 2 };
 /* A send or receive connection. */
 struct ofiComm {
   ofiObj obj;
-  fi_addr_t peer;
+  fi_addr_t peer;                 /* the peer's endpoint 0: control, clear-to-send, probes */
+  fi_addr_t dataPeer[OFI_MAX_EPS]; /* send comm: message k goes to dataPeer[k % neps] */
+  int neps;                        /* endpoints this connection's data spreads over */
   uint32_t connId; /* receiver-assigned: tags of messages (unique on the receiver's endpoint) */
   uint32_t ctsId;  /* sender-assigned: tags of clear-to-send messages (unique on the sender's) */
   uint32_t seq;
@@ -307,10 +319,14 @@ void ofiObjInit(ofiObj* obj, uint32_t kind, ofiDevice* d, void (*destroy)(ofiObj
 void ofiObjRelease(ofiObj* obj);
 void ofiOpPosted(ofiOp* op, ofiObj* owner, ofiOpDone done);
 /* Post a tagged send (peer = destination) or receive (peer = FI_ADDR_UNSPEC, ignore bits) of
- * op. buf is registered for the duration of the operation when the provider needs it and
- * mhandle is NULL. Returns 0, -FI_EAGAIN (try again later) or another -FI_E* code. */
-ssize_t ofiPostTagged(ofiDevice* d, ofiOp* op, ofiObj* owner, ofiOpDone done, int send, void* buf,
-                      size_t len, void* mhandle, fi_addr_t peer, uint64_t tag, uint64_t ignore);
+ * op on endpoint ep of d. buf is registered for the duration of the operation when the
+ * provider needs it and mhandle is NULL. Returns 0, -FI_EAGAIN (try again later) or another
+ * -FI_E* code. */
+ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone done, int send,
+                      void* buf, size_t len, void* mhandle, fi_addr_t peer, uint64_t tag,
+                      uint64_t ignore);
+/* Ask libfabric to cancel a posted operation (it completes with FI_ECANCELED if it can). */
+void ofiCancel(ofiDevice* d, ofiOp* op);
 /* Address-vector entry for a peer endpoint address (inserted once per device). */
 ncclxResult_t ofiPeerInsert(ofiDevice* d, const void* addr, size_t len, fi_addr_t* fa);
 void ofiFormatAddr(ofiDevice* d, const void* addr, size_t len, char* out, size_t size);
@@ -333,8 +349,10 @@ void ofiRetryReplies(ofiDevice* d);
 void ofiPendingForget(ofiCtx* ctx);
 
 /* ---- ofi_data.c ---- */
-ofiComm* ofiCommCreate(ofiDevice* d, uint32_t kind, fi_addr_t peer, uint32_t connId, uint32_t ctsId,
-                       const ofiIdentity* peerId, const char* peerName);
+/* peers[0..neps-1]: the peer's endpoint addresses in d's address vector, endpoint 0 first. */
+ofiComm* ofiCommCreate(ofiDevice* d, uint32_t kind, const fi_addr_t* peers, int neps,
+                       uint32_t connId, uint32_t ctsId, const ofiIdentity* peerId,
+                       const char* peerName);
 ncclxResult_t ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                        void* phandle, void** request);
 ncclxResult_t ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,

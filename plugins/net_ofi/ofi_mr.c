@@ -53,7 +53,7 @@ static ncclxResult_t mrGet(ofiDevice* d, void* data, size_t size, ofiMrEntry** o
   uint64_t key = d->mrProvKey ? 0 : d->nextMrKey++;
   int ret = fi_mr_reg(d->domain, (void*)base, len, FI_SEND | FI_RECV, 0, key, 0, &e->mr, NULL);
   if (ret == 0 && d->mrEndpoint) {
-    ret = fi_mr_bind(e->mr, &d->ep->fid, 0);
+    ret = fi_mr_bind(e->mr, &d->eps[0]->fid, 0); /* one endpoint then (ofi_device.c) */
     if (ret == 0) ret = fi_mr_enable(e->mr);
   }
   if (ret != 0) {

@@ -13,7 +13,9 @@
 #
 # PROVIDER "tcp" stands for "tcp;ofi_rxm" (CMake lists cannot carry a ';'). The mp and direct
 # modes fail when any rank did not really use the plugin with that provider: a run that fell
-# back to the socket network passes its own checks but not this script's.
+# back to the socket network passes its own checks but not this script's. In those modes,
+# OFI_TEST_LEVEL sets NCCLX_DEBUG (default INFO), and the log must match the extended regular
+# expression OFI_TEST_EXPECT and must not match OFI_TEST_REJECT when they are set.
 set -u
 
 provider_name() {
@@ -74,6 +76,14 @@ verify_log() {
   [ "$inits" -ge "$np" ] || fail "only $inits 'init complete' lines for $np ranks"
   [ "$inits_ofi" -eq "$inits" ] || fail "$((inits - inits_ofi)) communicator(s) did not use net ofi with shm off"
   [ "$fallback" -eq 0 ] || fail "a rank fell back from the ofi plugin"
+  if [ -n "${OFI_TEST_EXPECT:-}" ]; then
+    grep -qE "$OFI_TEST_EXPECT" "$log" || fail "no log line matches '$OFI_TEST_EXPECT'"
+    echo "ofi_test.sh: $(grep -cE "$OFI_TEST_EXPECT" "$log") line(s) match '$OFI_TEST_EXPECT'"
+  fi
+  if [ -n "${OFI_TEST_REJECT:-}" ] && grep -qE "$OFI_TEST_REJECT" "$log"; then
+    grep -E "$OFI_TEST_REJECT" "$log" | head -5
+    fail "log lines match '$OFI_TEST_REJECT'"
+  fi
 }
 
 ofi_env() {
@@ -82,7 +92,7 @@ ofi_env() {
   NCCLX_NET_OFI_PROVIDER=$prov
   NCCLX_NET_OFI_DOMAIN=$(domain_for "$prov")
   NCCLX_CORE_SHM=0
-  NCCLX_DEBUG=INFO
+  NCCLX_DEBUG=${OFI_TEST_LEVEL:-INFO}
   NCCLX_DEBUG_SUBSYS='^COLL,P2P,TUNING'
   export NCCLX_NET_PLUGIN NCCLX_NET_OFI_PROVIDER NCCLX_NET_OFI_DOMAIN NCCLX_CORE_SHM \
     NCCLX_DEBUG NCCLX_DEBUG_SUBSYS
@@ -149,7 +159,12 @@ case "$mode" in
       { echo "$out"; fail "an unknown key is not warned about"; }
     echo "$out" | grep -q "domain = 'nosuchdomain' (command line -o domain): provider 'shm' has no such domain (it has: shm)" ||
       { echo "$out"; fail "an unknown domain is not reported with the domains there are"; }
-    echo "ofi_test.sh: PASS (unknown provider, bad values, a size with a suffix, unknown key, unknown domain)"
+    for bad in 0 9 two; do
+      out=$("$tool" --no-kill -t 5 -o provider=shm -o endpoints=$bad "$plugin" 2>&1)
+      echo "$out" | grep -q "endpoints = '$bad' (command line -o endpoints): expected 1 to 8 endpoints per device" ||
+        { echo "$out"; fail "endpoints = $bad is not reported with its key, origin and what is expected"; }
+    done
+    echo "ofi_test.sh: PASS (unknown provider, bad values, a size with a suffix, unknown key, unknown domain, bad endpoint counts)"
     ;;
   *)
     fail "usage: ofi_test.sh netcheck|mp|direct|config ..."
