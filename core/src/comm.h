@@ -56,6 +56,9 @@ struct ncclxComm {
 
   /* Transports: tp[NCCLX_TP_NET] always, tp[NCCLX_TP_SHM] when [core] shm is on. */
   struct ncclxTransport tp[NCCLX_NUM_TP];
+  /* gpu_net.c: every transport takes host memory, last seen with these transports */
+  int hostMemOk;
+  struct ncclxTransport hostMemOkFor[NCCLX_NUM_TP];
   size_t maxMessageBytes; /* smallest over the transports in use */
   struct ncclxPeerConn* conns; /* nranks entries */
   struct peersListener* listener; /* peers.c: transport listeners, shared with split children */

@@ -113,39 +113,38 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
 
 /* ---------------- execution ---------------- */
 
-static ncclxResult_t execColl(struct ncclxOp* op) {
-  struct ncclxComm* comm = op->comm;
+static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclxStream_t stream) {
   ncclxLogSetRank(comm->rank);
   pthread_mutex_lock(&comm->execLock);
   ncclxResult_t res = atomic_load(&comm->destroyed)
                           ? ncclxSetError(ncclxInvalidUsage, "%s: communicator was destroyed before the queued call ran",
-                                          collFuncName(op->coll.coll))
+                                          collFuncName(coll->coll))
                           : commCheckHealthy(comm);
   if (res == ncclxSuccess) {
     uint64_t seq = ++comm->collSeq;
-    comm->curOpName = ncclxCollName(op->coll.coll);
+    comm->curOpName = ncclxCollName(coll->coll);
     comm->curOpSeq = seq;
-    tuneSelect(comm, &op->coll);
+    tuneSelect(comm, coll);
     INFO(NCCLX_LOG_COLL, "%s #%llu: count %zu %s op %s root %d comm %s nranks %d algo %s proto %s",
-         collFuncName(op->coll.coll), (unsigned long long)seq, op->coll.count,
-         ncclxTypeName(op->coll.datatype), ncclxOpName(op->coll.op), op->coll.root, comm->name,
-         comm->nranks, ncclxAlgoName(op->coll.algo), ncclxProtoName(op->coll.proto));
+         collFuncName(coll->coll), (unsigned long long)seq, coll->count,
+         ncclxTypeName(coll->datatype), ncclxOpName(coll->op), coll->root, comm->name,
+         comm->nranks, ncclxAlgoName(coll->algo), ncclxProtoName(coll->proto));
     /* STEP and NET events need their operation as parent: emit it for them too. */
     void* ev = profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP | NCCLX_PROFILE_NET)
-                   ? profCollStart(comm, &op->coll, seq, op->stream)
+                   ? profCollStart(comm, coll, seq, stream)
                    : NULL;
     comm->curProfEvent = ev;
     /* Only with net events on: a thread-local costs a call in a shared library. */
     int netOn = profEnabled(comm, NCCLX_PROFILE_NET);
     struct ncclxComm* netScope = netOn ? profNetScope(comm) : NULL;
     /* [core] check_mismatch: agree on the call before moving any data. */
-    if (mismatchEnabled()) res = mismatchCheck(comm, &op->coll, seq);
+    if (mismatchEnabled()) res = mismatchCheck(comm, coll, seq);
     if (res == ncclxSuccess) {
       /* The progress engine and the algorithms chunk by comm->chunkBytes: lend it the
        * tuner's choice for this call. */
       size_t defaultChunk = comm->chunkBytes;
-      comm->chunkBytes = op->coll.chunkBytes;
-      res = gpuCollRun(comm, &op->coll);
+      comm->chunkBytes = coll->chunkBytes;
+      res = gpuCollRun(comm, coll);
       comm->chunkBytes = defaultChunk;
     }
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());
@@ -228,7 +227,7 @@ static ncclxResult_t execList(struct ncclxOp* ops) {
       np++;
       continue;
     }
-    ncclxResult_t res = execColl(op);
+    ncclxResult_t res = execColl(op->comm, &op->coll, op->stream);
     if (first == ncclxSuccess) first = res;
   }
   if (np == 0) return first;
@@ -280,9 +279,11 @@ static ncclxResult_t enqueueList(ncclxStream_t stream, struct ncclxOp* ops) {
 
 /* ---------------- groups ---------------- */
 
-static _Thread_local int groupDepth;
-static _Thread_local struct ncclxOp* groupHead;
-static _Thread_local struct ncclxOp* groupTail;
+/* initial-exec: every call reads groupDepth; the default model made that a __tls_get_addr
+ * call (as for logRank in debug.c). */
+static _Thread_local int groupDepth __attribute__((tls_model("initial-exec")));
+static _Thread_local struct ncclxOp* groupHead __attribute__((tls_model("initial-exec")));
+static _Thread_local struct ncclxOp* groupTail __attribute__((tls_model("initial-exec")));
 
 /* alltoallv_dynamic.c refuses grouped dynamic calls. */
 int enqueueGroupDepth(void) { return groupDepth; }
@@ -358,6 +359,15 @@ static ncclxResult_t submit(struct ncclxOp* tmpl) {
 static ncclxResult_t submitColl(struct ncclxComm* comm, ncclxStream_t stream, ncclxCollArgs* a) {
   NCCLX_CHECK(commCheckCall(comm, stream, collFuncName(a->coll)));
   NCCLX_CHECK(validateColl(comm, a));
+  if (groupDepth == 0 && !stream) {
+    /* Runs now on the calling thread, straight from the caller's arguments: no op to fill
+     * and copy (a 160-byte zero fill and a copy per small call), and alltoallv's arrays
+     * stay valid for the whole call without a copy. */
+    commRetain(comm);
+    ncclxResult_t res = execColl(comm, a, NULL);
+    commRelease(comm);
+    return res;
+  }
   struct ncclxOp op = {.kind = OP_COLL, .comm = comm, .stream = stream, .coll = *a};
   if (a->coll == NCCLX_COLL_ALLTOALLV) {
     size_t n = (size_t)comm->nranks;

@@ -118,8 +118,25 @@ ncclxResult_t gpuFailComm(struct ncclxComm* comm, ncclxResult_t res) {
   return commFail(comm, res, "%s", text);
 }
 
+/* Every collective asks gpuNetCollCheck: a yes is remembered for the transports it was found
+ * for (what it depends on: capsOf is fixed per net, ctx and dev), which saves the lookups
+ * per transport on each call. A comm's network can be swapped (tests do), hence the key. */
+static int hostMemOkCached(const struct ncclxComm* comm) {
+  if (!comm->hostMemOk) return 0;
+  for (int t = 0; t < NCCLX_NUM_TP; t++) {
+    const struct ncclxTransport *now = &comm->tp[t], *then = &comm->hostMemOkFor[t];
+    if (now->net != then->net || now->ctx != then->ctx || now->dev != then->dev) return 0;
+  }
+  return 1;
+}
+
 ncclxResult_t gpuNetCollCheck(struct ncclxComm* comm) {
-  if (comm->nranks == 1 || gpuNetTakesHost(comm)) return ncclxSuccess;
+  if (comm->nranks == 1 || hostMemOkCached(comm)) return ncclxSuccess;
+  if (gpuNetTakesHost(comm)) {
+    memcpy(comm->hostMemOkFor, comm->tp, sizeof(comm->hostMemOkFor));
+    comm->hostMemOk = 1;
+    return ncclxSuccess;
+  }
   for (int t = 0; t < NCCLX_NUM_TP; t++) {
     const struct ncclxTransport* tp = &comm->tp[t];
     if (!tp->net) continue;
