@@ -7,6 +7,8 @@
 # `run_mp.sh NP as_host.sh LAYOUT PROGRAM` gives each rank its own NCCLX_CORE_HOST_ID while
 # run_mp.sh passes one environment to all. Ranks with different ids use the network between
 # them and count as different hosts in hierarchical collectives.
+# With AS_HOST_STDERR_DIR set, the rank's stderr goes to DIR/rank.N (mpirun's merged output
+# can splice one rank's log line into another's when ranks log fast).
 set -u
 if [ $# -lt 2 ]; then
   echo "usage: $0 LAYOUT PROGRAM [ARGS...]" >&2
@@ -26,4 +28,7 @@ if [ -z "$host" ]; then
 fi
 NCCLX_CORE_HOST_ID="emulated-host-$host"
 export NCCLX_CORE_HOST_ID
+if [ -n "${AS_HOST_STDERR_DIR:-}" ]; then
+  exec 2>>"$AS_HOST_STDERR_DIR/rank.$rank"
+fi
 exec "$@"

@@ -39,15 +39,19 @@ NCCLX_DEBUG_SUBSYS=COLL
 export NCCLX_ALGO NCCLX_DEBUG NCCLX_DEBUG_SUBSYS
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+ranklogs=$(mktemp -d)
+trap 'rm -rf "$log" "$ranklogs"' EXIT
 if [ -n "$launcher" ]; then
   "$launcher" --hosts "$hosts" --ranks-per-host "$perHost" --timeout 200 \
     --env NCCLX_ALGO="$NCCLX_ALGO" --env NCCLX_DEBUG=INFO --env NCCLX_DEBUG_SUBSYS=COLL \
     -- "$@" >"$log" 2>&1
 else
-  "$here/../mp/run_mp.sh" "$np" "$here/as_host.sh" "$layout" "$@" >"$log" 2>&1
+  # One stderr file per rank: mpirun's merged stream garbled a COLL line now and then.
+  AS_HOST_STDERR_DIR=$ranklogs "$here/../mp/run_mp.sh" "$np" "$here/as_host.sh" "$layout" "$@" \
+    >"$log" 2>&1
 fi
 status=$?
+cat "$ranklogs"/rank.* >>"$log" 2>/dev/null
 # The test's own verdict and any errors, without the thousands of per-call log lines.
 grep -v "NCCLX INFO" "$log"
 if [ -n "$launcher" ] && [ "$status" -eq 77 ]; then
