@@ -3,10 +3,13 @@
  *   listen()   picks a listen id and nonce, posts receives on tag CONNECT|listenId, and puts
  *              {endpoint address, listen id, nonce, its pid/host identity} in the handle.
  *   connect()  adds the listener to the address vector, posts a receive on REPLY|pendingId,
- *              then sends {its own address, the nonce, pendingId, identity} to CONNECT|listenId.
- *   listener   (inside completion processing) checks magic and nonce, adds the sender to the
- *              address vector, assigns a connection id unique on its endpoint, creates the
- *              receive comm and replies {OK, connId}; a wrong nonce gets a refusal and a WARN.
+ *              then sends {its endpoint addresses, the nonce, pendingId, identity} to
+ *              CONNECT|listenId.
+ *   listener   (inside completion processing) checks magic and nonce, adds the sender's
+ *              endpoint 0 to the address vector, assigns a connection id unique on its
+ *              endpoint, creates the receive comm and replies {OK, connId, n, its first n
+ *              endpoint addresses} (n: the smaller endpoint count); a wrong nonce gets a
+ *              refusal and a WARN.
  *   accept()   hands out the receive comms made that way, one per call.
  *   connect()  returns the send comm once the reply arrived and its own send completed.
  */
@@ -141,8 +144,15 @@ static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len)
       m->neps == 0 || m->neps > OFI_MAX_EPS || len < head + (size_t)m->neps * m->addrLen) {
     OFI_WARN(ctx,
              "%s: refused a connect message of %zu bytes on listener %u: not from an ncclx "
-             "ofi peer (bad magic, length or endpoint count)",
+             "ofi peer of this version (bad magic, length or endpoint count)",
              d->name, len, lc->listenId);
+    return;
+  }
+  if (m->addrLen != d->addrLen) {
+    OFI_WARN(ctx,
+             "%s: refused a connect message on listener %u: its addresses are %u bytes, ours "
+             "%zu (another address format: IPv4 and IPv6 peers, or another provider?)",
+             d->name, lc->listenId, (unsigned)m->addrLen, d->addrLen);
     return;
   }
   char peerName[128];
@@ -157,11 +167,10 @@ static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len)
     sendReply(d, fa[0], m->pendingId, OFI_REPLY_BAD_NONCE, 0, 0);
     return;
   }
-  /* Data spreads over the endpoints both sides have. */
+  /* Data spreads over the endpoints both sides have. A receive comm sends only to the
+   * sender's endpoint 0 (clear-to-send, probes): its other addresses are not needed. */
   int neps = m->neps < d->neps ? m->neps : d->neps;
-  for (int i = 1; i < neps; i++)
-    if (ofiPeerInsert(d, m->addr + (size_t)i * m->addrLen, m->addrLen, &fa[i]) != ncclxSuccess)
-      return;
+  for (int i = 1; i < neps; i++) fa[i] = FI_ADDR_NOTAVAIL;
   uint32_t connId = d->nextConnId;
   d->nextConnId = (d->nextConnId + 1) & OFI_CONN_ID_MASK;
   ofiComm* c = ofiCommCreate(d, OFI_OBJ_RECV, fa, neps, connId, m->pendingId, &m->who, peerName);
@@ -469,8 +478,7 @@ ncclxResult_t ofiConnect(void* vctx, int dev, const void* handle, void** sendCom
   } else if (!p->failErr && p->replyDone &&
              (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||
               p->reply.status != OFI_REPLY_OK || p->reply.pendingId != p->pendingId ||
-              p->reply.neps == 0 || p->reply.neps > d->neps || p->reply.addrLen == 0 ||
-              p->reply.addrLen > OFI_MAX_ADDR ||
+              p->reply.neps == 0 || p->reply.neps > d->neps || p->reply.addrLen != d->addrLen ||
               p->replyLen < replyHead + (size_t)p->reply.neps * p->reply.addrLen)) {
     p->failErr = FI_EOTHER;
     snprintf(p->failMsg, sizeof(p->failMsg),

@@ -427,10 +427,12 @@ static ncclxResult_t openResources(ofiDevice* d) {
     size_t len = sizeof(d->addrs[i]);
     ret = fi_getname(&d->eps[i]->fid, d->addrs[i], &len);
     if (ret == -FI_ETOOSMALL || (i > 0 && ret == 0 && len != d->addrLen)) {
-      OFI_WARN(ctx,
-               "device %s: endpoint address of %zu bytes does not fit in a connection handle "
-               "(at most %d, the same for every endpoint)",
-               d->name, len, OFI_MAX_ADDR);
+      if (ret == -FI_ETOOSMALL)
+        OFI_WARN(ctx, "device %s: endpoint address of %zu bytes does not fit in a connection "
+                 "handle (at most %d)", d->name, len, OFI_MAX_ADDR);
+      else
+        OFI_WARN(ctx, "device %s: endpoint %d's address is %zu bytes, endpoint 0's %zu", d->name,
+                 i, len, d->addrLen);
       closeResources(d);
       return ncclxSystemError;
     }

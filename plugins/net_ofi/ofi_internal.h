@@ -18,8 +18,8 @@
  *   receiver has announced, so the provider never buffers unexpected data and never sees a
  *   receive smaller than its message.
  * - Connection setup is a request/reply on control tags (ofi_conn.c): connect() sends
- *   {its address, the listener's nonce, a pending id}; the listener checks the nonce,
- *   assigns a connection id and replies. Both happen inside completion processing, so a
+ *   {its endpoint addresses, the listener's nonce, a pending id}; the listener checks the
+ *   nonce, assigns a connection id and replies with it and its own endpoint addresses. Both happen inside completion processing, so a
  *   connect finishes as soon as the listener's process drives its completion queue.
  * - Every libfabric operation is an ofiOp embedded in an ofiObj (a comm, a pending connect,
  *   a control send). The object is freed only when libfabric no longer owns any of its
@@ -72,8 +72,9 @@ enum { OFI_KIND_DATA = 0, OFI_KIND_CONNECT = 1, OFI_KIND_REPLY = 2, OFI_KIND_PRO
 #define OFI_PROBE_IGNORE ((1ull << 60) - 1)
 
 #define OFI_HANDLE_MAGIC 0x464f584eu  /* "NXOF" */
-#define OFI_CONNECT_MAGIC 0x434f584eu /* "NXOC" */
-#define OFI_REPLY_MAGIC 0x524f584eu   /* "NXOR" */
+/* Version 2 (endpoint address lists): version-1 peers fail the magic check. */
+#define OFI_CONNECT_MAGIC 0x32434f4eu /* "NOC2" */
+#define OFI_REPLY_MAGIC 0x32524f4eu   /* "NOR2" */
 
 /* Who a process is, so a peer on the same host can be checked for being alive. */
 typedef struct {

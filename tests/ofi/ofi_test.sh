@@ -132,7 +132,7 @@ case "$mode" in
     fi
     rc=$?
     # The INFO lines of a passing run are noise; keep warnings, results and the verdict.
-    grep -vE "NCCLX INFO" "$log"
+    grep -vE "NCCLX (INFO|TRACE)" "$log"
     [ "$rc" -eq 0 ] || { grep "NCCLX INFO" "$log" | tail -40; fail "the program exited with $rc"; }
     verify_log "$log" "$prov" "$np"
     echo "ofi_test.sh: PASS"
