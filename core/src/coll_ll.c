@@ -7,7 +7,8 @@
  * collective is one round: each rank that contributes writes its whole input into its region
  * of bank (seq % banks), then reads what it needs from the others' regions (allreduce: all of
  * them, reduced in rank order so that every rank computes the same bits; broadcast: the
- * root's; alltoall: its block of each). No transport connection is used.
+ * root's, which spans the whole bank; alltoall: its block of each). A broadcast larger than a
+ * bank is a sequence of such rounds (collLLRun). No transport connection is used.
  *
  * Reuse of a bank: call k overwrites call k-banks's lines, so a writer first makes sure
  * every rank has finished that call (ctl[r].done). After a call that read every rank's lines of
@@ -123,10 +124,20 @@ int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t ca
   if (collLLMaxBytes() == 0 || coll == NCCLX_COLL_ALLTOALLV || comm->nranks < 2 || comm->nranks > COLL_LL_MAX_RANKS ||
       comm->nhosts != 1 || !comm->tp[NCCLX_TP_SHM].net)
     return 0;
-  if (llInputBytes(comm, coll, callBytes) > collLLMaxBytes() || !comm->peerInfo) return 0;
+  /* A broadcast of any size runs piece by piece (collLLRun). */
+  if ((coll != NCCLX_COLL_BROADCAST && llInputBytes(comm, coll, callBytes) > collLLMaxBytes()) ||
+      !comm->peerInfo)
+    return 0;
   for (int r = 0; r < comm->nranks; r++)
     if (!comm->peerInfo[r].shmEnabled) return 0;
   return 1;
+}
+
+size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
+  if (coll != NCCLX_COLL_BROADCAST || collLLMaxBytes() == 0) return 1;
+  /* llRoundBytes of the board llBoard will make: a bank's lines of every rank region */
+  size_t round = (size_t)comm->nranks * ((collLLMaxBytes() + LL_PAYLOAD - 1) / LL_PAYLOAD) * LL_PAYLOAD;
+  return callBytes <= round ? 1 : (callBytes + round - 1) / round;
 }
 
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
@@ -440,14 +451,23 @@ static ncclxResult_t llMismatch(struct ncclxComm* comm, const ncclxCollArgs* a, 
 typedef struct {
   struct ncclxComm* comm;
   struct ncclxLLBoard* b;
-  const ncclxCollArgs* a;
+  const ncclxCollArgs* a;    /* what this round moves (a piece of a large broadcast) */
+  const ncclxCollArgs* call; /* the caller's collective: its signature and error messages */
   llLine* bank;
   uint64_t seq, sig;
   llWaiter w;
 } llCall;
 
+/* A broadcast has one writer: the root uses the whole bank, from its first line. */
 static llLine* llRegion(const llCall* c, int rank) {
+  if (c->a->coll == NCCLX_COLL_BROADCAST) return c->bank;
   return c->bank + (size_t)rank * c->b->perRegion;
+}
+
+/* Bytes one round can carry per writer. */
+static size_t llRoundBytes(const struct ncclxLLBoard* b, int nranks, ncclxCollType_t coll) {
+  size_t lines = coll == NCCLX_COLL_BROADCAST ? (size_t)nranks * b->perRegion : b->perRegion;
+  return lines * LL_PAYLOAD;
 }
 
 /* Writes src[0, bytes) into this rank's region, except lines wholly inside [skipLo, skipHi):
@@ -492,7 +512,7 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
         NCCLX_CHECK(llWaitStep(&c->w, &line[wait].seq, c->seq, "the contribution", rank));
       ready = wait + 1;
     }
-    if (line[i].sig != c->sig) return llMismatch(c->comm, c->a, rank, line[i].sig);
+    if (line[i].sig != c->sig) return llMismatch(c->comm, c->call, rank, line[i].sig);
     if (!len) continue;
     size_t lo = i == first ? off - i * LL_PAYLOAD : 0;
     size_t hi = i == last ? off + len - i * LL_PAYLOAD : LL_PAYLOAD;
@@ -542,22 +562,24 @@ static ncclxResult_t llReduceAll(llCall* c, size_t off, size_t count, void* dst)
   return ncclxSuccess;
 }
 
-ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
+/* One round through the board: a, or the piece a of the caller's broadcast call. */
+static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a,
+                             const ncclxCollArgs* call) {
   int n = comm->nranks, me = comm->rank;
   size_t sz = a->coll == NCCLX_COLL_BARRIER ? 1 : ncclxTypeSize(a->datatype);
-  llCall c = {.comm = comm, .a = a};
+  llCall c = {.comm = comm, .a = a, .call = call};
   NCCLX_CHECK(llBoard(comm, &c.b));
   c.seq = ++c.b->seq;
-  c.sig = llSig(a);
+  c.sig = llSig(call);
   c.bank = c.b->lines + (size_t)(c.seq & (c.b->banks - 1)) * (size_t)n * c.b->perRegion;
   llWaiterInit(&c.w, comm, c.b);
 
   size_t in = a->count * sz; /* bytes this rank contributes */
   if (a->coll == NCCLX_COLL_REDUCESCATTER || a->coll == NCCLX_COLL_ALLTOALL) in *= (size_t)n;
   if (a->coll == NCCLX_COLL_BARRIER) in = 0;
-  if (in > c.b->perRegion * LL_PAYLOAD)
+  if (in > llRoundBytes(c.b, n, a->coll))
     return commFail(comm, ncclxInternalError, "LL protocol: %zu bytes do not fit a %zu-byte region",
-                    in, c.b->perRegion * LL_PAYLOAD);
+                    in, llRoundBytes(c.b, n, a->coll));
   int writes = a->coll != NCCLX_COLL_BROADCAST || me == a->root;
   if (writes) {
     NCCLX_CHECK(llWaitReusable(&c));
@@ -614,5 +636,28 @@ ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   if (readAll && c.seq - 1 > c.b->knownDone) c.b->knownDone = c.seq - 1;
   atomic_store_explicit(&c.b->ctl[me].done, c.seq, memory_order_release);
   llWakeSleepers(c.b); /* a writer may be asleep waiting to reuse a bank */
+  return ncclxSuccess;
+}
+
+/* A broadcast larger than a bank runs as consecutive rounds of one bank each, the banks
+ * pipelining them: the root writes every byte once and every other rank reads it once,
+ * where a ring copies it twice per hop through the shared-memory transport (n ranks: n + 1
+ * copies against 2 (n - 1)), which is what counts when ranks share CPUs. Every round carries
+ * the whole call's signature, so ranks that disagree on count or root fail at the first. */
+ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  if (a->coll != NCCLX_COLL_BROADCAST) return llRound(comm, a, a);
+  struct ncclxLLBoard* b;
+  NCCLX_CHECK(llBoard(comm, &b));
+  size_t sz = ncclxTypeSize(a->datatype), total = a->count * sz;
+  size_t piece = llRoundBytes(b, comm->nranks, a->coll) / sz * sz; /* the same on every rank */
+  if (total <= piece) return llRound(comm, a, a);
+  ncclxCollArgs part = *a;
+  for (size_t off = 0; off < total; off += piece) {
+    size_t len = total - off < piece ? total - off : piece;
+    part.sendbuff = a->sendbuff ? (const char*)a->sendbuff + off : NULL; /* non-roots: unused */
+    part.recvbuff = (char*)a->recvbuff + off;
+    part.count = len / sz;
+    NCCLX_CHECK(llRound(comm, &part, a));
+  }
   return ncclxSuccess;
 }

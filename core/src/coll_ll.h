@@ -15,8 +15,11 @@ struct ncclxLLBoard;
 /* [core] ll_max_bytes: the most bytes a rank contributes to an LL call (default 4096). */
 size_t collLLMaxBytes(void);
 /* Whether a call of callBytes (tuneCallBytes) can run on the LL protocol on comm: every rank
- * on this host with shared memory, at most COLL_LL_MAX_RANKS ranks, small enough. */
+ * on this host with shared memory, at most COLL_LL_MAX_RANKS ranks, small enough (a broadcast
+ * of any size: it runs in rounds). */
 int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
+/* Rounds through the board a call of callBytes takes (more than 1 only for broadcasts). */
+size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
 /* Modelled time in us: alpha plus beta per byte written and read, gamma per byte reduced. */
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
                        double alphaUs, double betaUsPerByte, double gammaUsPerByte);

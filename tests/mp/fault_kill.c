@@ -16,6 +16,14 @@
  *   fault_kill mismatch      rank 1 calls a broadcast where the others call an allreduce of the
  *                            same count: every rank fails within 10 s (timeout_s = 20) and
  *                            every message says the collectives differ.
+ *   fault_kill bcast-count   (run with NCCLX_PROTO=ll: a broadcast of many board rounds) after
+ *                            a good broadcast, rank 1 asks for 4096 floats more than the others:
+ *                            rank 1 fails within 10 s saying the calls differ (at the first
+ *                            round, not by timeout); the others either complete with the right
+ *                            data (the root and ranks that read every round before rank 1's
+ *                            abort notice) or fail within 10 s. Through the ring the root
+ *                            cannot see a receiver's larger count: that receiver ends with the
+ *                            timeout, as in the timeout scenarios.
  *
  * Each child checks its own conditions and exits 0 or 1; the parent checks exit statuses
  * and a wall-clock bound. */
@@ -297,21 +305,52 @@ static int mismatchRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return bad ? 1 : 0;
 }
 
-static int runMismatch(void) {
+static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  size_t extra = 4096, n = g_count + extra;
+  float* b = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) b[i] = rank == 0 ? (float)(i % 251) : -1.0f;
+  MP_CALL(rank, comm, ncclxBroadcast(b, b, g_count, ncclxFloat32, 0, comm, NULL));
+  for (size_t i = 0; i < g_count; i++)
+    if (b[i] != (float)(i % 251)) return failf(rank, "the good broadcast %s", "gave wrong data");
+  for (size_t i = 0; i < n; i++) b[i] = rank == 0 ? (float)(i % 241) : -1.0f;
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxBroadcast(b, b, rank == 1 ? n : g_count, ncclxFloat32, 0, comm, NULL);
+  double dt = mpNow() - t0;
+  const char* msg = ncclxGetLastError(comm);
+  printf("rank %d: broadcast of %zu returned %s after %.2f s: \"%s\"\n", rank,
+         rank == 1 ? n : g_count, ncclxGetErrorString(res), dt, msg);
+  int bad = 0;
+  if (dt > 10.0) bad += failf(rank, "returning took more than %s", "10 s");
+  if (rank == 1) {
+    if (res == ncclxSuccess) bad += failf(rank, "the mismatched call %s", "succeeded");
+    if (!mpContainsCI(msg, "differ")) bad += failf(rank, "message does not say the calls %s", "differ");
+  } else if (res == ncclxSuccess) {
+    for (size_t i = 0; i < g_count && !bad; i++)
+      if (b[i] != (float)(i % 241)) bad += failf(rank, "a broadcast that succeeded %s", "gave wrong data");
+  }
+  ncclxCommAbort(comm);
+  free(b);
+  return bad ? 1 : 0;
+}
+
+static int runMismatch(int (*rankFn)(int, int, ncclxUniqueId, void*), const char* name) {
   double t0 = mpNow();
   ncclxUniqueId id;
   MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
-  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, mismatchRank, id, NULL);
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, rankFn, id, NULL);
   int all[NRANKS] = {0, 1, 2, 3};
   mpJobWait(&g_job, all, NRANKS, t0 + 60.0);
-  return finishScenario("mismatch", t0);
+  return finishScenario(name, t0);
 }
 
 int main(int argc, char** argv) {
   const char* sc = argc > 1 ? argv[1] : "";
   int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
-  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "mismatch")) {
-    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold|mismatch\n", argv[0]);
+  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "mismatch") &&
+      strcmp(sc, "bcast-count")) {
+    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold|mismatch|bcast-count\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -327,7 +366,8 @@ int main(int argc, char** argv) {
   int rc;
   if (!strcmp(sc, "kill")) rc = runKill();
   else if (!strcmp(sc, "abort")) rc = runAbort();
-  else if (!strcmp(sc, "mismatch")) rc = runMismatch();
+  else if (!strcmp(sc, "mismatch")) rc = runMismatch(mismatchRank, "mismatch");
+  else if (!strcmp(sc, "bcast-count")) rc = runMismatch(bcastCountRank, "bcast-count");
   else rc = runTimeout(!strcmp(sc, "timeout"));
   printf("fault_kill %s: %s\n", sc, rc ? "FAIL" : "PASS");
   return rc;

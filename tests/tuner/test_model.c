@@ -15,6 +15,7 @@
 #include "perf_hooks.h" /* with tune.h: the compiler checks that the prototypes agree */
 #include "tune.h"
 #include "tune_model.h"
+#include "xfer.h"
 
 static int failures;
 #define CHECK(cond)                                                   \
@@ -319,6 +320,39 @@ static void testLLChoices(void) {
   CHECK(!collLLRunnable(&noShm, NCCLX_COLL_ALLREDUCE, 64));
 }
 
+/* Broadcasts beyond one round of the board: runnable at any size, in rounds of a whole bank
+ * (every rank's region: 4 x 86 lines x 48 bytes at 4 ranks), and chosen only when ranks share
+ * CPUs and there are enough of them for the board's single copies to beat the ring's double
+ * ones (6 or more). */
+static void testLLBroadcastRounds(void) {
+  struct ncclxPeerInfo info[8];
+  memset(info, 0, sizeof info);
+  for (int r = 0; r < 8; r++) info[r].shmEnabled = 1;
+  struct ncclxComm four, eightShared, eightOwn, fourShared;
+  fakeComm(&four, 4, 1, 1);
+  fakeComm(&fourShared, 4, 1, 1);
+  fakeComm(&eightShared, 8, 1, 1);
+  fakeComm(&eightOwn, 8, 1, 1);
+  four.peerInfo = fourShared.peerInfo = eightShared.peerInfo = eightOwn.peerInfo = info;
+  size_t round = 4 * 86 * 48;
+  CHECK(collLLRunnable(&four, NCCLX_COLL_BROADCAST, (size_t)64 << 20));
+  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, round) == 1);
+  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, round + 1) == 2);
+  CHECK(collLLRounds(&four, NCCLX_COLL_ALLREDUCE, 4096) == 1);
+  int cpus = xferHostCpus();
+  fourShared.ranksPerHostMax = eightShared.ranksPerHostMax = cpus + 1; /* more ranks than CPUs */
+  eightOwn.ranksPerHostMax = 1;
+  ncclxCollArgs a;
+  memset(&a, 0, sizeof a);
+  a.coll = NCCLX_COLL_BROADCAST, a.count = 1 << 18, a.datatype = ncclxFloat32; /* 1 MiB */
+  tuneSelect(&eightShared, &a);
+  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
+  tuneSelect(&eightOwn, &a);
+  CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+  tuneSelect(&fourShared, &a);
+  CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+}
+
 static void testToolHooks(void) {
   struct ncclxComm c;
   fakeComm(&c, 3, 1, 1);
@@ -425,6 +459,7 @@ int main(void) {
   testTransport();
   testShmChoices();
   testLLChoices();
+  testLLBroadcastRounds();
   testToolHooks();
   testTunerMasking();
   testTunerAskedOncePerShape();
