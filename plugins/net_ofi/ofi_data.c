@@ -158,6 +158,7 @@ static ssize_t postPart(ofiReq* r, int what) {
                         send ? c->dataPeer[ep] : FI_ADDR_UNSPEC, OFI_DATA_TAG(c->connId, r->seq),
                         send ? 0 : OFI_TAG_REFUSE);
   }
+  if (ret == 0 && what == OFI_POST_MSG) c->posted[ep]++;
   if (ret == 0 && r->deferred == what) deferredRemove(d, r);
   return ret;
 }
@@ -417,6 +418,12 @@ ncclxResult_t ofiTest(void* request, int* done, size_t* sizes) {
 
 void ofiCommClose(ofiComm* c) {
   ofiDevice* d = c->obj.dev;
+  char per[OFI_MAX_EPS * 21 + 1] = "";
+  for (int i = 0, o = 0; i < c->neps; i++)
+    o += snprintf(per + o, sizeof(per) - (size_t)o, "%s%llu", i ? "," : "",
+                  (unsigned long long)c->posted[i]);
+  OFI_TRACE(d->ctx, "closing connection %u %s %s: messages per endpoint %s", c->connId,
+            c->obj.kind == OFI_OBJ_SEND ? "to" : "from", c->peerName, per);
   for (int i = 0; i < NCCLX_NET_MAX_REQUESTS; i++) profStop(&c->reqs[i]); /* never settled */
   for (int i = 0; i < NCCLX_NET_MAX_REQUESTS; i++)
     if (c->reqs[i].deferred) deferredRemove(d, &c->reqs[i]);

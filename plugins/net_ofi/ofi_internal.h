@@ -271,6 +271,7 @@ struct ofiComm {
   fi_addr_t peer;                 /* the peer's endpoint 0: control, clear-to-send, probes */
   fi_addr_t dataPeer[OFI_MAX_EPS]; /* send comm: message k goes to dataPeer[k % neps] */
   int neps;                        /* endpoints this connection's data spreads over */
+  uint64_t posted[OFI_MAX_EPS];    /* messages (or receives) posted per endpoint: TRACE at close */
   uint32_t connId; /* receiver-assigned: tags of messages (unique on the receiver's endpoint) */
   uint32_t ctsId;  /* sender-assigned: tags of clear-to-send messages (unique on the sender's) */
   uint32_t seq;
