@@ -6,6 +6,9 @@
  * wrong (a stranger, or a sender holding a stale handle: the listener must log a refusal and
  * the sender must get ncclxRemoteError, without any accepted comm), with a handle whose magic
  * is wrong (refused at once, no crash), and with the real handle (must work end to end).
+ * Between the last two, a bare libfabric endpoint of this test (ofi_raw.c) sends the listener
+ * connect messages no ncclx peer sends (0 or 9 endpoints, addresses cut short, another address
+ * length, bytes of noise): nothing may be accepted, nothing may crash.
  * Exit 0 on success, 1 on failure, 77 when the provider is not available. */
 #include <dlfcn.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include "netcheck_env.h"
 #include "netcheck_util.h"
 #include "ofi_internal.h"
+#include "ofi_raw.h"
 
 static const ncclxNet_v1_t* net;
 static int failures;
@@ -47,6 +51,60 @@ static ncclxResult_t connectLoop(void* ctx, void* lc, const void* handle, void**
     usleep(100);
   }
   return ncclxInProgress; /* still pending: not what any caller expects */
+}
+
+/* The listener makes progress only inside the plugin's calls: accept() drives it. */
+typedef struct {
+  void* lc;
+  int accepted;
+} listenerDrive;
+
+static void driveListener(void* arg) {
+  listenerDrive* l = arg;
+  void* rc = NULL;
+  if (net->accept(l->lc, &rc) == ncclxSuccess && rc) {
+    l->accepted++;
+    net->closeRecv(rc);
+  }
+}
+
+/* Connect messages with the right listener id and nonce but a broken body. */
+static void sendMalformed(const char* provider, const char* domain, void* lc, const char* handle) {
+  ofiRaw raw;
+  if (ofiRawOpen(&raw, provider, domain) != 0) {
+    check(0, "a bare endpoint of the provider opens (for the malformed connect messages)");
+    return;
+  }
+  ofiHandle h;
+  memcpy(&h, handle, sizeof(h));
+  uint64_t tag = OFI_CTRL_TAG(OFI_KIND_CONNECT, h.listenId);
+  size_t head = offsetof(ofiConnectMsg, addr);
+  listenerDrive l = {lc, 0};
+  int sent = 0;
+  for (int c = 0; c < 5; c++) {
+    ofiConnectMsg m;
+    memset(&m, 0, sizeof(m));
+    m.magic = OFI_CONNECT_MAGIC;
+    m.listenId = h.listenId;
+    m.nonce = h.nonce;
+    m.pendingId = 0x51000 + (uint32_t)c;
+    m.addrLen = h.addrLen;
+    m.neps = 1;
+    memcpy(m.addr, h.addr, h.addrLen);
+    size_t len = head + h.addrLen;
+    if (c == 0) m.neps = 0;                             /* no endpoint */
+    if (c == 1) m.neps = OFI_MAX_EPS + 1, len = sizeof(m); /* more than there can be */
+    if (c == 2) m.neps = 3;                             /* says 3, carries 1 */
+    if (c == 3) m.addrLen = (uint16_t)(h.addrLen + 8), len = head + m.addrLen;
+    if (c == 4) memset(&m, 0xa5, sizeof(m)), len = sizeof(m); /* noise */
+    sent += ofiRawSend(&raw, h.addr, &m, len, tag, 5.0, driveListener, &l) == 0;
+  }
+  double until = ncNow() + 0.5; /* let the listener read them all */
+  while (ncNow() < until) driveListener(&l);
+  ofiRawClose(&raw);
+  check(sent == 5, "5 malformed connect messages reached the listener");
+  check(l.accepted == 0, "malformed connect messages (0 or 9 endpoints, cut short, another "
+                         "address length, noise) are refused: nothing accepted");
 }
 
 int main(int argc, char** argv) {
@@ -95,6 +153,8 @@ int main(int argc, char** argv) {
   sc = NULL;
   res = net->connect(ctx, 0, bad, &sc);
   check(res == ncclxInternalError && !sc, "a handle with a wrong magic is refused at once");
+
+  sendMalformed(argv[2], argc > 3 ? argv[3] : NULL, lc, handle);
 
   /* The real handle still works, and the data arrives. */
   void* rc = NULL;
