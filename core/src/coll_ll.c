@@ -133,10 +133,16 @@ int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t ca
   return 1;
 }
 
+/* Lines of one rank's region in a bank: what [core] ll_max_bytes needs, at least one. */
+static size_t llRegionLines(void) {
+  size_t lines = (collLLMaxBytes() + LL_PAYLOAD - 1) / LL_PAYLOAD;
+  return lines ? lines : 1;
+}
+
 size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
   if (coll != NCCLX_COLL_BROADCAST || collLLMaxBytes() == 0) return 1;
   /* llRoundBytes of the board llBoard will make: a bank's lines of every rank region */
-  size_t round = (size_t)comm->nranks * ((collLLMaxBytes() + LL_PAYLOAD - 1) / LL_PAYLOAD) * LL_PAYLOAD;
+  size_t round = (size_t)comm->nranks * llRegionLines() * LL_PAYLOAD;
   return callBytes <= round ? 1 : (callBytes + round - 1) / round;
 }
 
@@ -278,8 +284,7 @@ static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) 
     return commFail(comm, ncclxSystemError, "LL protocol: out of memory");
   }
   for (int r = 0; r < comm->nranks; r++) b->pidfds[r] = -2; /* not opened yet */
-  b->perRegion = (collLLMaxBytes() + LL_PAYLOAD - 1) / LL_PAYLOAD;
-  if (b->perRegion == 0) b->perRegion = 1;
+  b->perRegion = llRegionLines();
   b->banks = llBanks(comm->nranks, b->perRegion);
   b->mapBytes = llBoardBytes(comm->nranks, b->perRegion, b->banks);
   /* Matches the shm transport's stale-object pattern: removed if rank 0's process dies. */

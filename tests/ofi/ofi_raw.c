@@ -3,17 +3,12 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-static double nowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "netcheck_util.h" /* ncNow */
 
 static int fail(ofiRaw* r, const char* what, int ret) {
   fprintf(stderr, "ofi_raw: %s failed: %s\n", what, fi_strerror(ret < 0 ? -ret : ret));
@@ -52,16 +47,16 @@ int ofiRawSend(ofiRaw* r, const void* addr, const void* buf, size_t len, uint64_
   fi_addr_t to = FI_ADDR_NOTAVAIL;
   if (fi_av_insert(r->av, addr, 1, &to, 0, NULL) != 1) return -1;
   struct fi_context2 ctx;
-  double deadline = nowSec() + timeoutSec;
+  double deadline = ncNow() + timeoutSec;
   ssize_t ret;
   while ((ret = fi_tsend(r->ep, buf, len, NULL, to, tag, &ctx)) == -FI_EAGAIN) {
     struct fi_cq_tagged_entry e;
     (void)fi_cq_read(r->cq, &e, 1);
     drive(arg);
-    if (nowSec() > deadline) return -1;
+    if (ncNow() > deadline) return -1;
   }
   if (ret) return -1;
-  while (nowSec() < deadline) {
+  while (ncNow() < deadline) {
     struct fi_cq_tagged_entry e;
     ssize_t n = fi_cq_read(r->cq, &e, 1);
     if (n == 1) return 0;
