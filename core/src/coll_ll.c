@@ -8,7 +8,9 @@
  * of bank (seq % banks), then reads what it needs from the others' regions (allreduce: all of
  * them, reduced in rank order so that every rank computes the same bits; broadcast: the
  * root's, which spans the whole bank; alltoall: its block of each). A broadcast larger than a
- * bank is a sequence of such rounds (collLLRun). No transport connection is used.
+ * bank is a sequence of such rounds (collLLRun); an all-gather larger than a line region is a
+ * sequence of rounds through the bulk regions (llGatherRound). No transport connection is
+ * used.
  *
  * Reuse of a bank: call k overwrites call k-banks's lines, so a writer first makes sure
  * every rank has finished that call (ctl[r].done). After a call that read every rank's lines of
@@ -59,6 +61,18 @@
 #define LL_DEFAULT_MAX_BYTES 4096
 #define LL_YIELDS 200u
 #define LL_YIELD_NS 200000ull
+/* All-gathers larger than a line region go through the board's bulk area instead: per rank
+ * and bank one region of plain bytes, its flag the first line of the rank's line region in
+ * the bank of the same call (so its signature is checked as an LL call's). Lines cost 4/3 of
+ * the bytes and a flag per 48; a bulk region is one memcpy and one flag. Its banks are the
+ * first LL_BULK_BANKS of the line banks' turn (LL_BULK_BANKS <= LL_MIN_BANKS), so waiting to
+ * reuse a bulk bank also covers the line bank. Regions are at most LL_BULK_MAX_BYTES, and
+ * all of them fit LL_BULK_BUDGET (pages are only touched by the all-gathers that use them). */
+#define LL_BULK_BANKS 4
+#define LL_BULK_BUDGET ((size_t)4 << 20)
+#define LL_BULK_MAX_BYTES ((size_t)256 << 10)
+#define LL_BULK_MIN_BYTES ((size_t)4 << 10)
+_Static_assert(LL_BULK_BANKS <= LL_MIN_BANKS, "a bulk bank's reuse wait covers its line bank");
 
 typedef struct {
   unsigned char data[LL_PAYLOAD];
@@ -90,7 +104,8 @@ struct ncclxLLBoard {
   llHeader* hdr;
   llCtl* ctl;
   llLine* lines; /* [bank][rank][line] */
-  size_t perRegion;
+  char* bulk;    /* [bulk bank][rank][bulkBytes] */
+  size_t perRegion, bulkBytes;
   uint64_t banks;     /* a power of two */
   uint64_t seq;       /* last call started */
   uint64_t knownDone; /* every rank has finished at least this call */
@@ -124,8 +139,9 @@ int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t ca
   if (collLLMaxBytes() == 0 || coll == NCCLX_COLL_ALLTOALLV || comm->nranks < 2 || comm->nranks > COLL_LL_MAX_RANKS ||
       comm->nhosts != 1 || !comm->tp[NCCLX_TP_SHM].net)
     return 0;
-  /* A broadcast of any size runs piece by piece (collLLRun). */
-  if ((coll != NCCLX_COLL_BROADCAST && llInputBytes(comm, coll, callBytes) > collLLMaxBytes()) ||
+  /* A broadcast or all-gather of any size runs piece by piece (collLLRun). */
+  if ((coll != NCCLX_COLL_BROADCAST && coll != NCCLX_COLL_ALLGATHER &&
+       llInputBytes(comm, coll, callBytes) > collLLMaxBytes()) ||
       !comm->peerInfo)
     return 0;
   for (int r = 0; r < comm->nranks; r++)
@@ -139,11 +155,31 @@ static size_t llRegionLines(void) {
   return lines ? lines : 1;
 }
 
+/* Bytes of one rank's bulk region: the most that fits the budget, a multiple of 4 KiB. */
+static size_t llBulkBytes(int nranks) {
+  size_t b = LL_BULK_BUDGET / LL_BULK_BANKS / (size_t)(nranks > 0 ? nranks : 1);
+  if (b > LL_BULK_MAX_BYTES) b = LL_BULK_MAX_BYTES;
+  b &= ~(LL_BULK_MIN_BYTES - 1);
+  return b < LL_BULK_MIN_BYTES ? LL_BULK_MIN_BYTES : b;
+}
+
+/* An all-gather goes through the bulk area once a rank's block outgrows its line region. */
+static int llGatherBulk(size_t blockBytes) { return blockBytes > llRegionLines() * LL_PAYLOAD; }
+
 size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
+  if (coll == NCCLX_COLL_ALLGATHER && collLLMaxBytes() > 0) {
+    size_t blk = llInputBytes(comm, coll, callBytes), bulk = llBulkBytes(comm->nranks);
+    return llGatherBulk(blk) ? (blk + bulk - 1) / bulk : 1;
+  }
   if (coll != NCCLX_COLL_BROADCAST || collLLMaxBytes() == 0) return 1;
   /* llRoundBytes of the board llBoard will make: a bank's lines of every rank region */
   size_t round = (size_t)comm->nranks * llRegionLines() * LL_PAYLOAD;
   return callBytes <= round ? 1 : (callBytes + round - 1) / round;
+}
+
+int collLLLineRound(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
+  if (coll == NCCLX_COLL_ALLGATHER) return !llGatherBulk(llInputBytes(comm, coll, callBytes));
+  return collLLRounds(comm, coll, callBytes) == 1;
 }
 
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
@@ -173,9 +209,16 @@ static uint64_t llBanks(int nranks, size_t perRegion) {
   return banks;
 }
 
+/* Offset of the bulk area: after the lines, on a page boundary. */
+static size_t llBulkOffset(int nranks, size_t perRegion, uint64_t banks) {
+  size_t end = sizeof(llHeader) + (size_t)nranks * sizeof(llCtl) +
+               (size_t)banks * (size_t)nranks * perRegion * sizeof(llLine);
+  return (end + 4095) & ~(size_t)4095;
+}
+
 static size_t llBoardBytes(int nranks, size_t perRegion, uint64_t banks) {
-  return sizeof(llHeader) + (size_t)nranks * sizeof(llCtl) +
-         (size_t)banks * (size_t)nranks * perRegion * sizeof(llLine);
+  return llBulkOffset(nranks, perRegion, banks) +
+         (size_t)LL_BULK_BANKS * (size_t)nranks * llBulkBytes(nranks);
 }
 
 static double llNowSec(void) {
@@ -205,6 +248,7 @@ static ncclxResult_t llMapFd(struct ncclxComm* comm, struct ncclxLLBoard* b, int
   b->hdr = b->map;
   b->ctl = (llCtl*)((char*)b->map + sizeof(llHeader));
   b->lines = (llLine*)(b->ctl + comm->nranks);
+  b->bulk = (char*)b->map + llBulkOffset(comm->nranks, b->perRegion, b->banks);
   return ncclxSuccess;
 }
 
@@ -286,6 +330,7 @@ static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) 
   for (int r = 0; r < comm->nranks; r++) b->pidfds[r] = -2; /* not opened yet */
   b->perRegion = llRegionLines();
   b->banks = llBanks(comm->nranks, b->perRegion);
+  b->bulkBytes = llBulkBytes(comm->nranks);
   b->mapBytes = llBoardBytes(comm->nranks, b->perRegion, b->banks);
   /* Matches the shm transport's stale-object pattern: removed if rank 0's process dies. */
   snprintf(b->name, sizeof(b->name), "/ncclx-%d-%016llx", comm->peerInfo[0].pid,
@@ -529,10 +574,10 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
 }
 
 /* Before writing call seq into its bank: every rank has finished call seq - banks. */
-static ncclxResult_t llWaitReusable(llCall* c) {
+static ncclxResult_t llWaitReusable(llCall* c, uint64_t banks) {
   struct ncclxLLBoard* b = c->b;
-  if (c->seq <= b->banks || b->knownDone >= c->seq - b->banks) return ncclxSuccess;
-  uint64_t want = c->seq - b->banks, least = UINT64_MAX;
+  if (c->seq <= banks || b->knownDone >= c->seq - banks) return ncclxSuccess;
+  uint64_t want = c->seq - banks, least = UINT64_MAX;
   for (int r = 0; r < c->comm->nranks; r++) {
     uint64_t d;
     while ((d = atomic_load_explicit(&b->ctl[r].done, memory_order_acquire)) < want)
@@ -587,7 +632,7 @@ static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a,
                     in, llRoundBytes(c.b, n, a->coll));
   int writes = a->coll != NCCLX_COLL_BROADCAST || me == a->root;
   if (writes) {
-    NCCLX_CHECK(llWaitReusable(&c));
+    NCCLX_CHECK(llWaitReusable(&c, c.b->banks));
     size_t own = a->count * sz; /* an all-to-all's own block stays here: 1/n fewer lines */
     if (a->coll == NCCLX_COLL_ALLTOALL) llWrite(&c, a->sendbuff, in, (size_t)me * own, (size_t)(me + 1) * own);
     else llWrite(&c, a->sendbuff, in, 0, 0);
@@ -644,12 +689,59 @@ static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a,
   return ncclxSuccess;
 }
 
+/* One round of a bulk all-gather: bytes [off, off + len) of every rank's block. Each rank
+ * copies its piece into its bulk region once, then every other rank copies it out once: n
+ * copies of every byte, where the ring moves it twice per hop (2 (n - 1) copies). */
+static ncclxResult_t llGatherRound(struct ncclxComm* comm, const ncclxCollArgs* a, size_t off,
+                                   size_t len) {
+  int n = comm->nranks, me = comm->rank;
+  size_t blk = a->count * ncclxTypeSize(a->datatype);
+  llCall c = {.comm = comm, .a = a, .call = a};
+  NCCLX_CHECK(llBoard(comm, &c.b));
+  struct ncclxLLBoard* b = c.b;
+  c.seq = ++b->seq;
+  c.sig = llSig(a);
+  c.bank = b->lines + (size_t)(c.seq & (b->banks - 1)) * (size_t)n * b->perRegion;
+  llWaiterInit(&c.w, comm, b);
+  char* bank = b->bulk + (size_t)(c.seq & (LL_BULK_BANKS - 1)) * (size_t)n * b->bulkBytes;
+  NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
+  memcpy(bank + (size_t)me * b->bulkBytes, (const char*)a->sendbuff + off, len);
+  llWrite(&c, NULL, 0, 0, 0); /* the flag line, stored after the bytes (release) */
+  llWakeSleepers(b);
+  char* recv = a->recvbuff;
+  for (int k = 1; k < n; k++) { /* starting after ourselves spreads the readers */
+    int r = (me + k) % n;
+    NCCLX_CHECK(llRead(&c, r, 0, 0, NULL)); /* waits for the flag, checks the signature */
+    memcpy(recv + (size_t)r * blk + off, bank + (size_t)r * b->bulkBytes, len);
+  }
+  if (c.seq - 1 > b->knownDone) b->knownDone = c.seq - 1; /* every rank wrote this call */
+  atomic_store_explicit(&b->ctl[me].done, c.seq, memory_order_release);
+  llWakeSleepers(b);
+  return ncclxSuccess;
+}
+
+/* An all-gather whose blocks outgrow a line region: rounds of a bulk region each, the bulk
+ * banks pipelining them (ranks that disagree on the count fail at the first round). */
+static ncclxResult_t llGatherBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  struct ncclxLLBoard* b;
+  NCCLX_CHECK(llBoard(comm, &b));
+  size_t blk = a->count * ncclxTypeSize(a->datatype);
+  for (size_t off = 0; off < blk; off += b->bulkBytes)
+    NCCLX_CHECK(llGatherRound(comm, a, off, blk - off < b->bulkBytes ? blk - off : b->bulkBytes));
+  /* Our own block last: in place it is already there, and it was the source above. */
+  char* own = (char*)a->recvbuff + (size_t)comm->rank * blk;
+  if (own != (const char*)a->sendbuff) memmove(own, a->sendbuff, blk);
+  return ncclxSuccess;
+}
+
 /* A broadcast larger than a bank runs as consecutive rounds of one bank each, the banks
  * pipelining them: the root writes every byte once and every other rank reads it once,
  * where a ring copies it twice per hop through the shared-memory transport (n ranks: n + 1
  * copies against 2 (n - 1)), which is what counts when ranks share CPUs. Every round carries
  * the whole call's signature, so ranks that disagree on count or root fail at the first. */
 ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  if (a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(a->count * ncclxTypeSize(a->datatype)))
+    return llGatherBulkRun(comm, a);
   if (a->coll != NCCLX_COLL_BROADCAST) return llRound(comm, a, a);
   struct ncclxLLBoard* b;
   NCCLX_CHECK(llBoard(comm, &b));

@@ -18,8 +18,12 @@ size_t collLLMaxBytes(void);
  * on this host with shared memory, at most COLL_LL_MAX_RANKS ranks, small enough (a broadcast
  * of any size: it runs in rounds). */
 int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
-/* Rounds through the board a call of callBytes takes (more than 1 only for broadcasts). */
+/* Rounds through the board a call of callBytes takes (more than 1 only for broadcasts and
+ * all-gathers). */
 size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
+/* Whether the call is one round through the board's lines, the case collLLModelCost prices
+ * (not a broadcast of several rounds, nor an all-gather through the bulk regions). */
+int collLLLineRound(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
 /* Modelled time in us: alpha plus beta per byte written and read, gamma per byte reduced. */
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
                        double alphaUs, double betaUsPerByte, double gammaUsPerByte);

@@ -159,25 +159,27 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
   /* LL: one round through the host's board, entered as (linear, ll). */
   if (!collLLRunnable(comm, coll, callBytes)) return;
   int e = NCCLX_ALGO_LINEAR * NCCLX_NUM_PROTOS + NCCLX_PROTO_LL;
-  if (collLLRounds(comm, coll, callBytes) == 1) {
+  if (collLLLineRound(comm, coll, callBytes)) {
     table[e] = (float)collLLModelCost(comm, coll, callBytes, TUNE_LL_ALPHA_US,
                                       TUNE_LL_BETA_US_PER_BYTE, m->gammaUsPerByte);
     valid[(*nvalid)++] = e;
     return;
   }
-  /* A broadcast of several rounds pays when ranks share CPUs: the copies of all ranks then
-   * add up, about 1.33 (n + 1) S through the board's lines (48 data bytes per 64) against
-   * 2 (n - 1) S through the ring's double copies. Priced as the best simple entry times that
-   * ratio: chosen from 6 ranks on (8 ranks on 2 CPUs, 64 KiB-16 MiB: 1.4-2.2x the ring;
-   * 4 ranks: 0.9-1.4x, left to the ring). With a CPU per rank the ring's copies run in
-   * parallel and the board's line-by-line copy is the slower one (2 ranks: 3-4 GB/s against
-   * 8-16), so there it stays an entry only a tuner or NCCLX_PROTO=ll picks. */
+  /* A call of several rounds pays when ranks share CPUs: the copies of all ranks then add
+   * up, against 2 (n - 1) S through the ring's double copies. A broadcast copies about
+   * 1.33 (n + 1) S through the board's lines (48 data bytes per 64): chosen from 6 ranks on
+   * (8 ranks on 2 CPUs, 64 KiB-16 MiB: 1.4-2.2x the ring; 4 ranks: 0.9-1.4x, left to the
+   * ring). An all-gather copies n S through the bulk regions (each block in once, out n - 1
+   * times). Priced as the best simple entry times that ratio. With a CPU per rank the ring's
+   * copies run in parallel and the board is the slower path (2 ranks: 3-4 GB/s against
+   * 8-16 for a broadcast), so there it stays an entry only a tuner or NCCLX_PROTO=ll picks. */
   double n = comm->nranks, best = -1;
   for (int i = 0; i < *nvalid; i++)
     if (best < 0 || table[valid[i]] < best) best = table[valid[i]];
   if (best < 0) return;
   double shared = comm->ranksPerHostMax > xferHostCpus() ? 1.0 : 4.0;
-  table[e] = (float)(best * shared * (4.0 / 3.0) * (n + 1) / (2 * (n - 1)));
+  double copies = coll == NCCLX_COLL_ALLGATHER ? n : (4.0 / 3.0) * (n + 1);
+  table[e] = (float)(best * shared * copies / (2 * (n - 1)));
   valid[(*nvalid)++] = e;
 }
 

@@ -24,6 +24,11 @@
  *                            abort notice) or fail within 10 s. Through the ring the root
  *                            cannot see a receiver's larger count: that receiver ends with the
  *                            timeout, as in the timeout scenarios.
+ *   fault_kill gather-count  (run with NCCLX_PROTO=ll: an all-gather through the board's bulk
+ *                            regions) after a good all-gather, rank 1 gathers 1024 floats per
+ *                            rank more than the others: every rank fails within 10 s, rank 1
+ *                            saying the calls differ (each sees another's signature at the
+ *                            first round).
  *
  * Each child checks its own conditions and exits 0 or 1; the parent checks exit statuses
  * and a wall-clock bound. */
@@ -335,6 +340,35 @@ static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return bad ? 1 : 0;
 }
 
+static int gatherCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  size_t per = g_count / (size_t)nranks, n = per + 1024;
+  float* s = malloc(n * sizeof(float));
+  float* r = malloc(n * (size_t)nranks * sizeof(float));
+  for (size_t i = 0; i < n; i++) s[i] = (float)((size_t)rank * 7 + i % 251);
+  MP_CALL(rank, comm, ncclxAllGather(s, r, per, ncclxFloat32, comm, NULL));
+  for (int q = 0; q < nranks; q++)
+    for (size_t i = 0; i < per; i++)
+      if (r[(size_t)q * per + i] != (float)((size_t)q * 7 + i % 251))
+        return failf(rank, "the good all-gather %s", "gave wrong data");
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxAllGather(s, r, rank == 1 ? n : per, ncclxFloat32, comm, NULL);
+  double dt = mpNow() - t0;
+  const char* msg = ncclxGetLastError(comm);
+  printf("rank %d: all-gather of %zu returned %s after %.2f s: \"%s\"\n", rank,
+         rank == 1 ? n : per, ncclxGetErrorString(res), dt, msg);
+  int bad = 0;
+  if (res == ncclxSuccess) bad += failf(rank, "the mismatched call %s", "succeeded");
+  if (dt > 10.0) bad += failf(rank, "failing took more than %s", "10 s");
+  if (rank == 1 && !mpContainsCI(msg, "differ"))
+    bad += failf(rank, "message does not say the calls %s", "differ");
+  ncclxCommAbort(comm);
+  free(s);
+  free(r);
+  return bad ? 1 : 0;
+}
+
 static int runMismatch(int (*rankFn)(int, int, ncclxUniqueId, void*), const char* name) {
   double t0 = mpNow();
   ncclxUniqueId id;
@@ -349,8 +383,9 @@ int main(int argc, char** argv) {
   const char* sc = argc > 1 ? argv[1] : "";
   int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
   if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "mismatch") &&
-      strcmp(sc, "bcast-count")) {
-    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold|mismatch|bcast-count\n", argv[0]);
+      strcmp(sc, "bcast-count") && strcmp(sc, "gather-count")) {
+    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold|mismatch|bcast-count|gather-count\n",
+            argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -368,6 +403,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(sc, "abort")) rc = runAbort();
   else if (!strcmp(sc, "mismatch")) rc = runMismatch(mismatchRank, "mismatch");
   else if (!strcmp(sc, "bcast-count")) rc = runMismatch(bcastCountRank, "bcast-count");
+  else if (!strcmp(sc, "gather-count")) rc = runMismatch(gatherCountRank, "gather-count");
   else rc = runTimeout(!strcmp(sc, "timeout"));
   printf("fault_kill %s: %s\n", sc, rc ? "FAIL" : "PASS");
   return rc;

@@ -353,6 +353,41 @@ static void testLLBroadcastRounds(void) {
   CHECK(a.proto == NCCLX_PROTO_SIMPLE);
 }
 
+/* All-gathers whose blocks outgrow a line region (4096 bytes by default) go through the
+ * board's bulk regions (128 KiB per rank at 8 ranks) in rounds, at any size; chosen when
+ * ranks share CPUs (n copies of every byte against the ring's 2 (n - 1)), left to the simple
+ * protocol with a CPU per rank. */
+static void testLLAllgatherBulk(void) {
+  struct ncclxPeerInfo info[8];
+  memset(info, 0, sizeof info);
+  for (int r = 0; r < 8; r++) info[r].shmEnabled = 1;
+  struct ncclxComm shared, own, twoHosts;
+  fakeComm(&shared, 8, 1, 1);
+  fakeComm(&own, 8, 1, 1);
+  fakeComm(&twoHosts, 8, 2, 1);
+  shared.peerInfo = own.peerInfo = twoHosts.peerInfo = info;
+  shared.ranksPerHostMax = xferHostCpus() + 1;
+  own.ranksPerHostMax = 1;
+  size_t bulk = (size_t)128 << 10;
+  CHECK(collLLRunnable(&shared, NCCLX_COLL_ALLGATHER, (size_t)64 << 20));
+  CHECK(!collLLRunnable(&twoHosts, NCCLX_COLL_ALLGATHER, (size_t)64 << 20));
+  CHECK(collLLLineRound(&shared, NCCLX_COLL_ALLGATHER, 8 * 4096));
+  CHECK(!collLLLineRound(&shared, NCCLX_COLL_ALLGATHER, 8 * 8192));
+  CHECK(collLLRounds(&shared, NCCLX_COLL_ALLGATHER, 8 * 8192) == 1);
+  CHECK(collLLRounds(&shared, NCCLX_COLL_ALLGATHER, 8 * bulk) == 1);
+  CHECK(collLLRounds(&shared, NCCLX_COLL_ALLGATHER, 8 * (bulk + 4)) == 2);
+  ncclxCollArgs a;
+  memset(&a, 0, sizeof a);
+  a.coll = NCCLX_COLL_ALLGATHER, a.datatype = ncclxFloat32;
+  for (size_t count = 2048; count <= ((size_t)1 << 20); count *= 4) { /* 64 KiB .. 32 MiB */
+    a.count = count;
+    tuneSelect(&shared, &a);
+    CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
+    tuneSelect(&own, &a);
+    CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+  }
+}
+
 static void testToolHooks(void) {
   struct ncclxComm c;
   fakeComm(&c, 3, 1, 1);
@@ -460,6 +495,7 @@ int main(void) {
   testShmChoices();
   testLLChoices();
   testLLBroadcastRounds();
+  testLLAllgatherBulk();
   testToolHooks();
   testTunerMasking();
   testTunerAskedOncePerShape();
