@@ -19,25 +19,6 @@
 
 #include "ofi_internal.h"
 
-/* A connect in progress, found again across connect() calls by its handle. */
-typedef struct ofiPending {
-  ofiObj obj;
-  ofiHandle handle;
-  void** owner; /* the caller's *sendComm slot */
-  uint64_t startNs, lastTouchNs, lastCheckNs;
-  fi_addr_t peer;
-  uint32_t pendingId;
-  int sendPosted, sendDone, replyDone;
-  int failErr; /* FI_E* of a failed step, 0 if none */
-  char failMsg[384];
-  ofiOp sendOp, replyOp;
-  size_t replyLen;
-  ofiConnectMsg msg;
-  ofiReplyMsg reply;
-  char peerName[128];
-  struct ofiPending* next;
-} ofiPending;
-
 /* A listener's reply: in flight (nobody waits for it) or queued on the device because the
  * provider said FI_EAGAIN. */
 typedef struct ofiCtrlSend {
@@ -57,8 +38,16 @@ static void destroyFree(ofiObj* obj) { free(obj); }
 
 static void destroyListen(ofiObj* obj) {
   ofiListenComm* lc = (ofiListenComm*)obj;
+  if (lc->pep) (void)fi_close(&lc->pep->fid);
   free(lc->ready);
   free(lc);
+}
+
+static void destroyPending(ofiObj* obj) {
+  ofiPending* p = (ofiPending*)obj;
+  if (p->cmWaiting) p->obj.dev->cmBusy--;
+  ofiMsgEpClose(p->obj.dev, p->ep);
+  free(p);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -124,7 +113,7 @@ static void postCtrlRecv(ofiListenComm* lc, ofiCtrlRecv* rx) {
     OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s", d->name, fi_strerror((int)-ret));
 }
 
-static int pushReady(ofiListenComm* lc, ofiComm* c) {
+int ofiListenPushReady(ofiListenComm* lc, ofiComm* c) {
   if (lc->nready == lc->capReady) {
     int cap = lc->capReady ? 2 * lc->capReady : 8;
     ofiComm** n = realloc(lc->ready, (size_t)cap * sizeof(*n));
@@ -174,7 +163,7 @@ static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len)
   uint32_t connId = d->nextConnId;
   d->nextConnId = (d->nextConnId + 1) & OFI_CONN_ID_MASK;
   ofiComm* c = ofiCommCreate(d, OFI_OBJ_RECV, fa, neps, connId, m->pendingId, &m->who, peerName);
-  if (!c || pushReady(lc, c) != 0) {
+  if (!c || ofiListenPushReady(lc, c) != 0) {
     OFI_WARN(ctx, "%s: out of memory accepting a connection from %s", d->name, peerName);
     if (c) ofiObjRelease(&c->obj);
     return;
@@ -215,28 +204,37 @@ ncclxResult_t ofiListen(void* vctx, int dev, void* handle, void** listenComm) {
   ofiObjInit(&lc->obj, OFI_OBJ_LISTEN, d, destroyListen);
   lc->listenId = d->nextListenId++;
   lc->nonce = ofiRandom64();
-  for (int i = 0; i < OFI_CTRL_RECVS; i++) {
-    lc->rx[i].lc = lc;
-    postCtrlRecv(lc, &lc->rx[i]);
-  }
-  int posted = 0;
-  for (int i = 0; i < OFI_CTRL_RECVS; i++) posted += lc->rx[i].op.posted;
-  if (posted == 0) {
-    OFI_WARN(ctx, "listen on %s: cannot post any connect receive", d->name);
-    ofiObjRelease(&lc->obj);
-    pthread_mutex_unlock(&d->lock);
-    return ncclxSystemError;
-  }
   ofiHandle h;
   memset(&h, 0, sizeof(h));
   h.magic = OFI_HANDLE_MAGIC;
-  h.addrLen = (uint16_t)d->addrLen;
   h.listenId = lc->listenId;
   h.pid = ctx->self.pid;
   h.nonce = lc->nonce;
   h.hostHash = ctx->self.hostHash;
   h.startTime = ctx->self.startTime;
-  memcpy(h.addr, d->addrs[0], d->addrLen);
+  if (d->msgMode) { /* a passive endpoint of its own; its address goes in the handle */
+    res = ofiMsgListen(lc, &h);
+    if (res != ncclxSuccess) {
+      ofiObjRelease(&lc->obj);
+      pthread_mutex_unlock(&d->lock);
+      return res;
+    }
+  } else {
+    for (int i = 0; i < OFI_CTRL_RECVS; i++) {
+      lc->rx[i].lc = lc;
+      postCtrlRecv(lc, &lc->rx[i]);
+    }
+    int posted = 0;
+    for (int i = 0; i < OFI_CTRL_RECVS; i++) posted += lc->rx[i].op.posted;
+    if (posted == 0) {
+      OFI_WARN(ctx, "listen on %s: cannot post any connect receive", d->name);
+      ofiObjRelease(&lc->obj);
+      pthread_mutex_unlock(&d->lock);
+      return ncclxSystemError;
+    }
+    h.addrLen = (uint16_t)d->addrLen;
+    memcpy(h.addr, d->addrs[0], d->addrLen);
+  }
   memset(handle, 0, NCCLX_NET_HANDLE_MAXSIZE);
   memcpy(handle, &h, sizeof(h));
   OFI_TRACE(ctx, "listening on %s (%s) as listener %u", d->name, d->addrStr, lc->listenId);
@@ -252,7 +250,10 @@ ncclxResult_t ofiAccept(void* listenComm, void** recvComm) {
   ofiDevice* d = lc->obj.dev;
   pthread_mutex_lock(&d->lock);
   if (lc->nready == 0) {
-    for (int i = 0; i < OFI_CTRL_RECVS; i++) postCtrlRecv(lc, &lc->rx[i]);
+    if (d->msgMode)
+      ofiMsgEvents(d); /* connection requests and established connections */
+    else
+      for (int i = 0; i < OFI_CTRL_RECVS; i++) postCtrlRecv(lc, &lc->rx[i]);
     if (ofiProgress(d) == 0) ofiArmPollFd(d);
   }
   if (lc->nready > 0) {
@@ -273,6 +274,7 @@ ncclxResult_t ofiCloseListen(void* listenComm) {
    * their own errors or the core's timeout. */
   for (int i = 0; i < lc->nready; i++) ofiObjRelease(&lc->ready[i]->obj);
   lc->nready = 0;
+  if (d->msgMode) ofiMsgCloseListen(lc);
   for (int i = 0; i < OFI_CTRL_RECVS; i++)
     ofiCancel(d, &lc->rx[i].op);
   ofiObjRelease(&lc->obj); /* freed once the cancelled receives complete */
@@ -368,12 +370,21 @@ static ncclxResult_t pendingStart(ofiDevice* d, const ofiHandle* h, void** owner
   ofiCtx* ctx = d->ctx;
   ofiPending* p = calloc(1, sizeof(*p));
   if (!p) return ncclxSystemError;
-  ofiObjInit(&p->obj, OFI_OBJ_PENDING, d, destroyFree);
+  ofiObjInit(&p->obj, OFI_OBJ_PENDING, d, destroyPending);
   p->handle = *h;
   p->owner = owner;
   p->startNs = p->lastCheckNs = ofiNowNs();
   p->pendingId = d->nextPendingId++;
   ofiFormatAddr(d, h->addr, h->addrLen, p->peerName, sizeof(p->peerName));
+  if (d->msgMode) {
+    ncclxResult_t res = ofiMsgConnectStart(p);
+    if (res != ncclxSuccess) {
+      ofiObjRelease(&p->obj);
+      return res;
+    }
+    *out = p;
+    return ncclxSuccess;
+  }
   ncclxResult_t res = ofiPeerInsert(d, h->addr, h->addrLen, &p->peer);
   if (res != ncclxSuccess) {
     ofiObjRelease(&p->obj);
@@ -435,6 +446,77 @@ static void pendingCheckListener(ofiPending* p, uint64_t now) {
   }
 }
 
+/* RDM: 1 when the listener's reply arrived, is valid, and the connect message's send
+ * completed; peers[] are then the listener's endpoints. Sets p->failErr on a bad reply. */
+static int rdmReplyReady(ofiPending* p, fi_addr_t* peers) {
+  ofiDevice* d = p->obj.dev;
+  const size_t replyHead = offsetof(ofiReplyMsg, addr);
+  if (p->failErr || !p->replyDone) return 0;
+  if (p->replyLen >= replyHead && p->reply.magic == OFI_REPLY_MAGIC &&
+      p->reply.status == OFI_REPLY_BAD_NONCE) {
+    p->failErr = FI_ECONNREFUSED;
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "the listener refused the connection: wrong "
+             "nonce (a stale handle, or one from another job)");
+    return 0;
+  }
+  if (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||
+      p->reply.status != OFI_REPLY_OK || p->reply.pendingId != p->pendingId ||
+      p->reply.neps == 0 || p->reply.neps > d->neps || p->reply.addrLen != d->addrLen ||
+      p->replyLen < replyHead + (size_t)p->reply.neps * p->reply.addrLen) {
+    p->failErr = FI_EOTHER;
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "invalid connect reply (%zu bytes, status %u, %u endpoint(s))", p->replyLen,
+             p->reply.status, (unsigned)p->reply.neps);
+    return 0;
+  }
+  if (!p->sendDone) return 0;
+  peers[0] = p->peer; /* the handle's address: endpoint 0 */
+  for (int i = 1; i < p->reply.neps; i++)
+    if (ofiPeerInsert(d, p->reply.addr + (size_t)i * p->reply.addrLen, p->reply.addrLen,
+                      &peers[i]) != ncclxSuccess) {
+      p->failErr = FI_EOTHER;
+      snprintf(p->failMsg, sizeof(p->failMsg),
+               "cannot add the listener's endpoint %d to the address vector", i);
+      return 0;
+    }
+  return 1;
+}
+
+static ofiComm* rdmSendComm(ofiPending* p, const fi_addr_t* peers) {
+  ofiIdentity who = p->reply.who;
+  return ofiCommCreate(p->obj.dev, OFI_OBJ_SEND, peers, p->reply.neps, p->reply.connId,
+                       p->pendingId, &who, p->peerName);
+}
+
+/* Connected mode: 1 once the connection is established with a valid answer (the rejection
+ * of a wrong nonce arrives as a failed connect, see ofi_msg.c). */
+static int msgReplyReady(ofiPending* p) {
+  if (p->failErr || !p->replyDone) return 0;
+  if (p->replyLen < sizeof(p->accepted) || p->accepted.magic != OFI_MSG_REPLY_MAGIC ||
+      p->accepted.status != OFI_REPLY_OK) {
+    p->failErr = FI_EOTHER;
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "the listener accepted with invalid connection data (%zu bytes): not an ncclx ofi "
+             "listener of this version",
+             p->replyLen);
+    return 0;
+  }
+  return 1;
+}
+
+/* The send comm takes over the pending connect's endpoint. */
+static ofiComm* msgSendComm(ofiPending* p) {
+  fi_addr_t none = FI_ADDR_NOTAVAIL;
+  ofiIdentity who = p->accepted.who;
+  ofiComm* c = ofiCommCreate(p->obj.dev, OFI_OBJ_SEND, &none, 1, p->pendingId, 0, &who, p->peerName);
+  if (!c) return NULL;
+  c->ep = p->ep;
+  c->connected = 1;
+  p->ep = NULL;
+  return c;
+}
+
 ncclxResult_t ofiConnect(void* vctx, int dev, const void* handle, void** sendComm) {
   ofiCtx* ctx = vctx;
   if (!ctx || !handle || !sendComm) return ncclxInternalError;
@@ -463,53 +545,23 @@ ncclxResult_t ofiConnect(void* vctx, int dev, const void* handle, void** sendCom
     pthread_mutex_unlock(&d->lock);
     return res;
   }
-  pendingTrySend(p);
+  if (!d->msgMode) pendingTrySend(p);
   if (ofiProgress(d) == 0) ofiArmPollFd(d);
-  uint64_t now = ofiNowNs();
-  if (!p->replyDone) pendingCheckListener(p, now);
-
-  const size_t replyHead = offsetof(ofiReplyMsg, addr);
-  if (!p->failErr && p->replyDone && p->replyLen >= replyHead &&
-      p->reply.magic == OFI_REPLY_MAGIC && p->reply.status == OFI_REPLY_BAD_NONCE) {
-    p->failErr = FI_ECONNREFUSED;
-    snprintf(p->failMsg, sizeof(p->failMsg),
-             "the listener refused the connection: wrong "
-             "nonce (a stale handle, or one from another job)");
-  } else if (!p->failErr && p->replyDone &&
-             (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||
-              p->reply.status != OFI_REPLY_OK || p->reply.pendingId != p->pendingId ||
-              p->reply.neps == 0 || p->reply.neps > d->neps || p->reply.addrLen != d->addrLen ||
-              p->replyLen < replyHead + (size_t)p->reply.neps * p->reply.addrLen)) {
-    p->failErr = FI_EOTHER;
-    snprintf(p->failMsg, sizeof(p->failMsg),
-             "invalid connect reply (%zu bytes, status %u, %u endpoint(s))", p->replyLen,
-             p->reply.status, (unsigned)p->reply.neps);
-  }
+  if (!p->replyDone) pendingCheckListener(p, ofiNowNs());
   fi_addr_t peers[OFI_MAX_EPS];
-  if (!p->failErr && p->replyDone && p->sendDone) {
-    peers[0] = p->peer; /* the handle's address: endpoint 0 */
-    for (int i = 1; i < p->reply.neps && !p->failErr; i++)
-      if (ofiPeerInsert(d, p->reply.addr + (size_t)i * p->reply.addrLen, p->reply.addrLen,
-                        &peers[i]) != ncclxSuccess) {
-        p->failErr = FI_EOTHER;
-        snprintf(p->failMsg, sizeof(p->failMsg),
-                 "cannot add the listener's endpoint %d to the address vector", i);
-      }
-  }
+  int ready = d->msgMode ? msgReplyReady(p) : rdmReplyReady(p, peers);
   if (p->failErr) {
     res = p->failErr == FI_EOTHER ? ncclxRemoteError : ofiErrClass(p->failErr);
     OFI_WARN(ctx, "connect to %s (listener %u, pid %u) failed: %s", p->peerName, h.listenId, h.pid,
              p->failMsg);
     pendingFree(p);
-  } else if (p->replyDone && p->sendDone) {
-    ofiIdentity who = p->reply.who;
-    ofiComm* c = ofiCommCreate(d, OFI_OBJ_SEND, peers, p->reply.neps, p->reply.connId, p->pendingId,
-                               &who, p->peerName);
+  } else if (ready) {
+    ofiComm* c = d->msgMode ? msgSendComm(p) : rdmSendComm(p, peers);
     if (!c) {
       res = ncclxSystemError;
     } else {
-      OFI_TRACE(ctx, "connected to %s (listener %u) as connection %u over %u endpoint(s)",
-                p->peerName, h.listenId, p->reply.connId, (unsigned)p->reply.neps);
+      OFI_TRACE(ctx, "connected to %s (listener %u) as connection %u over %d endpoint(s)",
+                p->peerName, h.listenId, c->connId, c->neps);
       *sendComm = c;
     }
     pendingFree(p);

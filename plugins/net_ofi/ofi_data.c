@@ -19,7 +19,12 @@
 #include "ofi_internal.h"
 #include "ncclx/profiler.h"
 
-static void destroyComm(ofiObj* obj) { free(obj); }
+static void destroyComm(ofiObj* obj) {
+  ofiComm* c = (ofiComm*)obj;
+  if (c->cmWaiting) c->obj.dev->cmBusy--;
+  ofiMsgEpClose(c->obj.dev, c->ep);
+  free(c);
+}
 
 ofiComm* ofiCommCreate(ofiDevice* d, uint32_t kind, const fi_addr_t* peers, int neps,
                        uint32_t connId, uint32_t ctsId, const ofiIdentity* peerId,
@@ -145,7 +150,10 @@ static ssize_t postPart(ofiReq* r, int what) {
   int send = c->obj.kind == OFI_OBJ_SEND;
   int ep = (int)(r->seq % (uint32_t)c->neps);
   ssize_t ret;
-  if (what == OFI_POST_CTS) {
+  if (c->ep) { /* connected mode: in order, no tags, no clear-to-send */
+    void* buf = r->size ? r->buf : (void*)c->probeBuf;
+    ret = ofiPostMsg(d, c->ep, &r->op, &c->obj, msgDone, send, buf, r->size, r->mhandle);
+  } else if (what == OFI_POST_CTS) {
     ret = ofiPostTagged(d, 0, &r->cop, &c->obj, ctsDone, 1, &r->cts, sizeof(r->cts), NULL, c->peer,
                         OFI_DATA_TAG(c->ctsId, r->seq) | OFI_TAG_CTS, 0);
   } else if (send && r->refused) {
@@ -205,7 +213,10 @@ static void msgDone(ofiOp* op, size_t len, int err, const char* msg) {
   c->lastActivityNs = ofiNowNs();
   if (reqOrphaned(r)) return;
   int recv = c->obj.kind == OFI_OBJ_RECV;
-  if (err == FI_ECANCELED) {
+  if (err == FI_ECANCELED && c->ep && c->err == ncclxSuccess && !c->closing) {
+    /* Not ours (we cancel after a failure or in close): the provider ended the connection. */
+    reqFail(r, ncclxRemoteError, "the connection was closed by the peer or lost");
+  } else if (err == FI_ECANCELED) {
     r->err = c->err != ncclxSuccess ? c->err : ncclxRemoteError;
     reqSettle(r, OFI_REQ_FAILED);
   } else if (err) {
@@ -263,9 +274,21 @@ static void probeDone(ofiOp* op, size_t len, int err, const char* msg) {
  * pid, elsewhere with a probe message whose send fails when the peer's endpoint is gone. */
 static void checkPeer(ofiComm* c) {
   ofiCtx* ctx = c->obj.dev->ctx;
-  if (ctx->livenessMs <= 0 || c->inflight == 0) return;
+  if (c->inflight == 0) return;
   uint64_t now = ofiNowNs(), period = (uint64_t)ctx->livenessMs * 1000000ull;
-  if (now - c->lastActivityNs < period || now - c->lastCheckNs < period) return;
+  int due = ctx->livenessMs > 0 && now - c->lastActivityNs >= period && now - c->lastCheckNs >= period;
+  /* Connected mode: a connection that ended may show only as an event (a receive posted
+   * after it is never completed), so a waiting comm looks at the events, liveness or not. */
+  if (c->ep && !c->peerClosed && now - c->lastActivityNs >= OFI_MSG_IDLE_EVENTS_NS &&
+      now - c->lastEventCheckNs >= OFI_MSG_IDLE_EVENTS_NS) {
+    c->lastEventCheckNs = now;
+    ofiMsgEvents(c->obj.dev);
+  }
+  if (c->peerClosed) {
+    commFail(c, ncclxRemoteError, "the connection ended: %s", fi_strerror(c->peerClosed));
+    return;
+  }
+  if (!due) return;
   c->lastCheckNs = now;
   int alive = ctx->probeOnly ? -1 : ofiPeerAlive(&ctx->self, &c->peerId);
   if (alive == 0) {
@@ -273,7 +296,7 @@ static void checkPeer(ofiComm* c) {
              c->peerId.pid);
     return;
   }
-  if (alive > 0 || c->probe.posted) return;
+  if (alive > 0 || c->probe.posted || c->ep) return; /* no probes on a connection's stream */
   ofiDevice* d = c->obj.dev;
   ssize_t ret = ofiPostTagged(d, 0, &c->probe, &c->obj, probeDone, 1, c->probeBuf, 1, NULL, c->peer,
                               OFI_TAG_KIND(OFI_KIND_PROBE) | c->connId, 0);
@@ -297,6 +320,8 @@ static ncclxResult_t reqPost(ofiComm* c, void* data, size_t size, void* mhandle,
   ofiDevice* d = c->obj.dev;
   int send = c->obj.kind == OFI_OBJ_SEND;
   if (c->err != ncclxSuccess) return c->err;
+  if (c->peerClosed)
+    return commFail(c, ncclxRemoteError, "the connection ended: %s", fi_strerror(c->peerClosed));
   ofiReq* r = reqAlloc(c);
   if (!r) return ncclxSuccess;
   r->buf = data;
@@ -428,6 +453,7 @@ void ofiCommClose(ofiComm* c) {
   for (int i = 0; i < NCCLX_NET_MAX_REQUESTS; i++)
     if (c->reqs[i].deferred) deferredRemove(d, &c->reqs[i]);
   if (c->obj.liveOps > 0) {
+    c->closing = 1;
     commCancel(c);
     uint64_t t0 = ofiNowNs();
     while (c->obj.liveOps > 0 && ofiNowNs() - t0 < OFI_CLOSE_WAIT_NS) {

@@ -144,13 +144,33 @@ ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone 
     return ret;
   }
   op->mr = held;
+  op->ep = e;
+  ofiOpPosted(op, owner, done);
+  return 0;
+}
+
+ssize_t ofiPostMsg(ofiDevice* d, struct fid_ep* ep, ofiOp* op, ofiObj* owner, ofiOpDone done,
+                   int send, void* buf, size_t len, void* mhandle) {
+  void* desc = NULL;
+  ofiMrEntry* held = NULL;
+  if (ofiMrDesc(d, mhandle, buf, len, &desc, &held) != ncclxSuccess) return -FI_EINVAL;
+  ssize_t ret = send ? fi_send(ep, buf, len, desc, FI_ADDR_UNSPEC, &op->fctx)
+                     : fi_recv(ep, buf, len, desc, FI_ADDR_UNSPEC, &op->fctx);
+  if (ret != 0) {
+    ofiMrPut(d, held);
+    return ret;
+  }
+  op->mr = held;
   op->ep = ep;
   ofiOpPosted(op, owner, done);
   return 0;
 }
 
+/* Endpoints are closed only once no operation is posted on them (or by the device's close,
+ * after which nothing is cancelled), so op->ep is valid here. */
 void ofiCancel(ofiDevice* d, ofiOp* op) {
-  if (op->posted && d->eps[op->ep]) (void)fi_cancel(&d->eps[op->ep]->fid, &op->fctx);
+  (void)d;
+  if (op->posted && op->ep) (void)fi_cancel(&op->ep->fid, &op->fctx);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -222,6 +242,9 @@ int ofiProgress(ofiDevice* d) {
     OFI_WARN(d->ctx, "%s: fi_cq_read failed: %s", d->name, fi_strerror((int)-n));
     break;
   }
+  /* Connects and accepts under way: their handshakes move when the events are read. */
+  if (d->msgMode && d->cmBusy && ofiNowNs() - d->lastEventsNs >= OFI_MSG_EVENTS_EVERY_NS)
+    ofiMsgEvents(d);
   if (d->probeRecvNeeded) postProbeRecv(d);
   if (d->replyQueue) ofiRetryReplies(d);
   if (d->deferred) ofiRetryDeferred(d);
@@ -278,6 +301,7 @@ void ofiFormatAddr(ofiDevice* d, const void* addr, size_t len, char* out, size_t
     snprintf(out, size, "%s", buf);
     return;
   }
+  if (ofiFormatSockaddr(addr, len, out, size)) return; /* connected mode has no AV */
   /* Unknown format: hex of the first bytes. */
   size_t o = 0;
   const unsigned char* p = addr;
@@ -356,8 +380,10 @@ ncclxResult_t ofiDeviceSetup(ofiCtx* ctx, ofiDevice* d, const struct fi_info* in
    * message pool until posting a receive fails (FI_ENOMEM): with it, data only goes into
    * receives the receiver has announced. */
   d->clearToSend = ctx->clearToSend >= 0 ? ctx->clearToSend : strcmp(prov, "shm") == 0;
+  d->msgMode = info->ep_attr && info->ep_attr->type == FI_EP_MSG;
+  if (d->msgMode) d->clearToSend = 0; /* TCP's flow control: nothing arrives unexpected */
   d->mrLocal = ctx->mrForce || (mrMode & FI_MR_LOCAL) != 0;
-  d->mrEndpoint = (mrMode & FI_MR_ENDPOINT) != 0;
+  d->mrEndpoint = (mrMode & FI_MR_ENDPOINT) != 0 && !d->msgMode; /* not asked for there */
   d->mrProvKey = (mrMode & FI_MR_PROV_KEY) != 0;
   d->nextMrKey = 1;
   d->nextListenId = (uint32_t)ofiRandom64();
@@ -404,6 +430,14 @@ static ncclxResult_t openResources(ofiDevice* d) {
   OFI_TRY(ret, "fi_cq_open");
   if (cqa.wait_obj == FI_WAIT_FD && fi_control(&d->cq->fid, FI_GETWAIT, &d->cqFd) != 0)
     d->cqFd = -1;
+  if (d->msgMode) { /* endpoints come with connections (ofi_msg.c) */
+    struct fi_eq_attr eqa;
+    memset(&eqa, 0, sizeof(eqa));
+    eqa.wait_obj = FI_WAIT_NONE;
+    OFI_TRY(fi_eq_open(d->fabric, &eqa, &d->eq, NULL), "fi_eq_open");
+    snprintf(d->addrStr, sizeof(d->addrStr), "(an endpoint per connection)");
+    return ncclxSuccess;
+  }
 
   struct fi_av_attr ava;
   memset(&ava, 0, sizeof(ava));
@@ -449,7 +483,9 @@ ncclxResult_t ofiDeviceEnsureOpen(ofiDevice* d) {
   if (d->opened < 0) return ncclxSystemError; /* failed before: said so then */
   ncclxResult_t res = openResources(d);
   d->opened = res == ncclxSuccess ? 1 : -1;
-  if (res == ncclxSuccess)
+  if (res == ncclxSuccess && d->msgMode)
+    OFI_INFO(d->ctx, "device %d (%s) open: connected endpoints, one per connection", d->index, d->name);
+  else if (res == ncclxSuccess)
     OFI_INFO(d->ctx, "device %d (%s) open at %s with %d endpoint(s)", d->index, d->name,
              d->addrStr, d->neps);
   return res;
@@ -477,12 +513,15 @@ static void closeResources(ofiDevice* d) {
     o->destroy(o);
   }
   ofiMrCloseAll(d);
+  ofiMsgClosePeps(d);
   closeFid(d, d->av ? &d->av->fid : NULL, "address vector");
   closeFid(d, d->cq ? &d->cq->fid : NULL, "completion queue");
+  closeFid(d, d->eq ? &d->eq->fid : NULL, "event queue");
   closeFid(d, d->domain ? &d->domain->fid : NULL, "domain");
   closeFid(d, d->fabric ? &d->fabric->fid : NULL, "fabric");
   d->av = NULL;
   d->cq = NULL;
+  d->eq = NULL;
   d->domain = NULL;
   d->fabric = NULL;
   d->cqFd = -1;

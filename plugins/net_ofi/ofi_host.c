@@ -1,5 +1,8 @@
 /* Process identity: lets a comm tell whether a peer on the same host still exists, which
- * libfabric cannot always tell (a posted receive is not tied to any connection). */
+ * libfabric cannot always tell (a posted receive is not tied to any connection). And the
+ * name of a peer's socket address, for messages. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,4 +62,24 @@ int ofiPeerAlive(const ofiIdentity* self, const ofiIdentity* peer) {
   if (missing) return 0;
   if (start != 0 && peer->startTime != 0 && start != peer->startTime) return 0; /* pid reused */
   return 1;
+}
+
+int ofiFormatSockaddr(const void* addr, size_t len, char* out, size_t size) {
+  char ip[INET6_ADDRSTRLEN];
+  struct sockaddr_storage ss;
+  if (len < sizeof(struct sockaddr_in) || len > sizeof(ss)) return 0;
+  memcpy(&ss, addr, len); /* handles carry addresses unaligned */
+  if (ss.ss_family == AF_INET) {
+    const struct sockaddr_in* a = (const struct sockaddr_in*)&ss;
+    if (!inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip))) return 0;
+    snprintf(out, size, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
+    return 1;
+  }
+  if (ss.ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+    const struct sockaddr_in6* a = (const struct sockaddr_in6*)&ss;
+    if (!inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip))) return 0;
+    snprintf(out, size, "[%s]:%u", ip, (unsigned)ntohs(a->sin6_port));
+    return 1;
+  }
+  return 0;
 }

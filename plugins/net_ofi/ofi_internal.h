@@ -29,6 +29,14 @@
  *   connection to fail). Comms waiting without progress check their peer (ofi_data.c):
  *   same host -> is the process still there; other host -> a probe message whose send
  *   fails when the peer's endpoint is gone.
+ * - Connected mode (d->msgMode, `endpoint_type = msg`, the default for the tcp provider):
+ *   no RDM endpoints and no tags. Each listen comm owns a passive endpoint, each send and
+ *   receive comm one connected FI_EP_MSG endpoint (ofi_msg.c); connection requests carry
+ *   the nonce in their connection data and events arrive on the device's event queue. Data
+ *   are untagged messages matched in posting order, which the connection keeps; a peer
+ *   that closes or dies ends the connection (an FI_SHUTDOWN event, errors on its
+ *   operations). Everything else (completion queue, requests, objects, registration) is
+ *   shared with the RDM mode.
  */
 #ifndef NCCLX_NET_OFI_INTERNAL_H
 #define NCCLX_NET_OFI_INTERNAL_H
@@ -41,6 +49,7 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
@@ -58,6 +67,8 @@
 #define OFI_MAX_MESSAGE ((size_t)1 << 30)
 #define OFI_CLOSE_WAIT_NS (200ull * 1000000ull) /* close() waits this long for cancels */
 #define OFI_STALE_CONNECT_NS (120ull * 1000000000ull)
+#define OFI_MSG_IDLE_EVENTS_NS (50ull * 1000000ull) /* waiting this long: read the events */
+#define OFI_MSG_EVENTS_EVERY_NS 20000ull /* progress reads events at most this often */
 
 /* ---- tag layout: bits 60..61 kind. Data kind: bit 59 clear-to-send, bit 58 refusal,
  *      32..57 connection id, 0..31 sequence number. ---- */
@@ -111,7 +122,7 @@ typedef struct {
   uint8_t addr[OFI_MAX_EPS * OFI_MAX_ADDR];
 } ofiConnectMsg;
 
-enum { OFI_REPLY_OK = 0, OFI_REPLY_BAD_NONCE = 1 };
+enum { OFI_REPLY_OK = 0, OFI_REPLY_BAD_NONCE = 1, OFI_REPLY_FAILED = 2 };
 
 /* Listener -> sender, tag REPLY|pendingId. */
 typedef struct {
@@ -141,7 +152,7 @@ struct ofiOp {
   int posted;            /* libfabric owns it until its completion is read */
   struct ofiMrEntry* mr; /* registration taken for this operation, dropped at completion */
   uint64_t ctag;         /* tag of the completed message (receives) */
-  int ep;                /* the device endpoint it was posted on (for fi_cancel) */
+  struct fid_ep* ep;     /* the endpoint it was posted on (for fi_cancel) */
 };
 
 enum {
@@ -209,6 +220,12 @@ struct ofiDevice {
   int mrLocal;      /* we must pass registered descriptors */
   int mrEndpoint;   /* registrations are bound to the endpoint */
   int mrProvKey;
+  int msgMode;          /* connected FI_EP_MSG endpoints per comm instead of shared RDM ones */
+  struct fid_eq* eq;    /* msgMode: connection events of every endpoint of the device */
+  int cmBusy;           /* msgMode: connects and accepts waiting for an event */
+  uint64_t lastEventsNs; /* msgMode: last read of the event queue */
+  struct fid_pep** closedPeps; /* msgMode: passive endpoints of closed listeners (see ofi_msg.c) */
+  int nclosedPeps, capClosedPeps;
   uint64_t nextMrKey;
   ofiMrEntry** mrs;
   int nmrs, capMrs;
@@ -236,9 +253,12 @@ struct ofiCtx {
   int clearToSend; /* -1 auto (on for providers known to need it), 0 off, 1 on */
   int pollFd;      /* open completion queues with a wait fd: 1, 0, or -1 = by provider */
   int endpoints;   /* endpoints per device: 1..OFI_MAX_EPS */
+  int epType;      /* OFI_EP_AUTO, OFI_EP_RDM or OFI_EP_MSG (`endpoint_type`) */
   size_t rxmEagerLimit; /* FI_OFI_RXM_EAGER_LIMIT to set when unset; 0: leave libfabric's */
   ncclxProfilerCallback_t profiler; /* env->profiler: NET events per request (NULL: none) */
 };
+
+enum { OFI_EP_AUTO = 0, OFI_EP_RDM = 1, OFI_EP_MSG = 2 };
 
 /* Data request: one isend or irecv. */
 enum { OFI_REQ_FREE = 0, OFI_REQ_POSTED, OFI_REQ_DONE, OFI_REQ_FAILED, OFI_REQ_ABANDONED };
@@ -275,6 +295,13 @@ struct ofiComm {
   uint32_t connId; /* receiver-assigned: tags of messages (unique on the receiver's endpoint) */
   uint32_t ctsId;  /* sender-assigned: tags of clear-to-send messages (unique on the sender's) */
   uint32_t seq;
+  struct fid_ep* ep;    /* msgMode: this connection's endpoint (closed with the comm) */
+  int connected;        /* msgMode: FI_CONNECTED seen (a receive comm is accepted then) */
+  int cmWaiting;        /* msgMode: counted in d->cmBusy until its event arrives */
+  int peerClosed;       /* msgMode: FI_E* once the connection ended (FI_SHUTDOWN, an error) */
+  uint64_t lastEventCheckNs; /* msgMode: last look at the event queue while waiting */
+  int closing;          /* close() is cancelling: FI_ECANCELED is ours, not the peer's */
+  struct ofiListenComm* acceptedBy; /* msgMode: listener to hand it to once connected */
   ofiIdentity peerId;
   char peerName[128];
   ncclxResult_t err;
@@ -295,12 +322,50 @@ typedef struct {
 
 struct ofiListenComm {
   ofiObj obj;
+  struct fid_pep* pep; /* msgMode: the passive endpoint connection requests arrive at */
   uint32_t listenId;
   uint64_t nonce;
   ofiCtrlRecv rx[OFI_CTRL_RECVS];
   ofiComm** ready; /* accepted, not yet handed to the caller */
   int nready, capReady;
 };
+
+/* Connected mode: what fi_connect and fi_accept/fi_reject carry (connection data). */
+#define OFI_MSG_CONNECT_MAGIC 0x314d4f4eu /* "NOM1" */
+#define OFI_MSG_REPLY_MAGIC 0x31524d4eu   /* "NMR1" */
+typedef struct {
+  uint32_t magic;
+  uint32_t listenId;
+  uint64_t nonce;
+  ofiIdentity who;
+} ofiMsgConnData;
+typedef struct {
+  uint32_t magic;
+  uint32_t status; /* OFI_REPLY_OK or OFI_REPLY_BAD_NONCE */
+  ofiIdentity who;
+} ofiMsgReplyData;
+
+/* A connect in progress, found again across connect() calls by its handle. */
+typedef struct ofiPending {
+  ofiObj obj;
+  ofiHandle handle;
+  void** owner; /* the caller's *sendComm slot */
+  uint64_t startNs, lastTouchNs, lastCheckNs;
+  fi_addr_t peer;
+  uint32_t pendingId;
+  int sendPosted, sendDone, replyDone;
+  int failErr; /* FI_E* of a failed step, 0 if none */
+  char failMsg[384];
+  ofiOp sendOp, replyOp;
+  size_t replyLen;
+  ofiConnectMsg msg;
+  ofiReplyMsg reply;
+  struct fid_ep* ep;        /* msgMode: the connecting endpoint, handed to the send comm */
+  int cmWaiting;            /* msgMode: counted in d->cmBusy until its event arrives */
+  ofiMsgReplyData accepted; /* msgMode: the listener's answer (FI_CONNECTED) */
+  char peerName[128];
+  struct ofiPending* next;
+} ofiPending;
 
 /* ---- ofi_device.c ---- */
 uint64_t ofiNowNs(void);
@@ -327,6 +392,9 @@ void ofiOpPosted(ofiOp* op, ofiObj* owner, ofiOpDone done);
 ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone done, int send,
                       void* buf, size_t len, void* mhandle, fi_addr_t peer, uint64_t tag,
                       uint64_t ignore);
+/* The same, untagged, on a connected endpoint (msgMode): messages match receives in order. */
+ssize_t ofiPostMsg(ofiDevice* d, struct fid_ep* ep, ofiOp* op, ofiObj* owner, ofiOpDone done,
+                   int send, void* buf, size_t len, void* mhandle);
 /* Ask libfabric to cancel a posted operation (it completes with FI_ECANCELED if it can). */
 void ofiCancel(ofiDevice* d, ofiOp* op);
 /* Address-vector entry for a peer endpoint address (inserted once per device). */
@@ -339,6 +407,8 @@ ncclxResult_t ofiErrClass(int fiErr);
 void ofiIdentityOfSelf(ofiIdentity* id);
 /* 1 alive, 0 gone, -1 cannot tell (another host or pid space). */
 int ofiPeerAlive(const ofiIdentity* self, const ofiIdentity* peer);
+/* "ip:port" of an IPv4/IPv6 socket address; 0 when addr is not one. */
+int ofiFormatSockaddr(const void* addr, size_t len, char* out, size_t size);
 
 /* ---- ofi_conn.c ---- */
 ncclxResult_t ofiListen(void* ctx, int dev, void* handle, void** listenComm);
@@ -349,6 +419,22 @@ ncclxResult_t ofiCloseListen(void* listenComm);
 void ofiRetryReplies(ofiDevice* d);
 /* Finalize: forget pending connects of ctx's devices (device close frees them). */
 void ofiPendingForget(ofiCtx* ctx);
+/* A connection the listener made: accept() hands it out. 0, or -1 when out of memory. */
+int ofiListenPushReady(ofiListenComm* lc, ofiComm* c);
+
+/* ---- ofi_msg.c (msgMode) ---- */
+/* Open the listener's passive endpoint and put its address in h. Lock held. */
+ncclxResult_t ofiMsgListen(ofiListenComm* lc, ofiHandle* h);
+/* Close the listener's passive endpoint and drop the connections it has not handed out. */
+void ofiMsgCloseListen(ofiListenComm* lc);
+/* Open p's endpoint and send its connection request to the handle's listener. Lock held. */
+ncclxResult_t ofiMsgConnectStart(ofiPending* p);
+/* Read the device's connection events (requests, established, shut down, failed). */
+void ofiMsgEvents(ofiDevice* d);
+/* Close an endpoint of a connection (NULL: nothing). */
+void ofiMsgEpClose(ofiDevice* d, struct fid_ep* ep);
+/* Device close: the passive endpoints closed listeners left open. */
+void ofiMsgClosePeps(ofiDevice* d);
 
 /* ---- ofi_data.c ---- */
 /* peers[0..neps-1]: the peer's endpoint addresses in d's address vector, endpoint 0 first. */

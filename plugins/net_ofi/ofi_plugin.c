@@ -11,7 +11,7 @@
 #include "ofi_internal.h"
 #include "ncclx/config_value.h"
 
-#define OFI_DEFAULT_PROVIDER "tcp;ofi_rxm"
+#define OFI_DEFAULT_PROVIDER "tcp"
 #define OFI_DEFAULT_LIVENESS_MS 1000
 #define OFI_MAX_DEVICES 16
 #define OFI_DEFAULT_ENDPOINTS 1
@@ -19,10 +19,11 @@
 #define OFI_DEFAULT_RXM_EAGER ((size_t)64 << 10)
 static const char* const ofiKnownKeys[] = {"provider",      "domain",          "liveness_ms",
                                            "liveness",      "mr_local",        "poll_fd",
-                                           "clear_to_send", "rxm_eager_limit", "endpoints"};
+                                           "clear_to_send", "rxm_eager_limit", "endpoints",
+                                           "endpoint_type"};
 #define OFI_KNOWN_KEYS                                                                    \
   "provider, domain, liveness_ms, liveness, mr_local, poll_fd, clear_to_send, rxm_eager_limit, " \
-  "endpoints"
+  "endpoints, endpoint_type"
 
 /* ------------------------------------------------------------------------------------------
  * Configuration
@@ -131,6 +132,16 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, ofiCtx* ctx, const 
     ctx->endpoints = (int)n;
   }
 
+  ctx->epType = OFI_EP_AUTO;
+  if ((v = configGet(env, "endpoint_type"))) {
+    if (strcasecmp(v, "msg") == 0)
+      ctx->epType = OFI_EP_MSG;
+    else if (strcasecmp(v, "rdm") == 0)
+      ctx->epType = OFI_EP_RDM;
+    else if (strcasecmp(v, "auto") != 0)
+      return badValue(env, "endpoint_type", v, "auto, msg (connected endpoints) or rdm (reliable datagrams)");
+  }
+
   ctx->rxmEagerLimit = OFI_DEFAULT_RXM_EAGER;
   if ((v = configGet(env, "rxm_eager_limit"))) {
     size_t b = 0;
@@ -151,6 +162,21 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, ofiCtx* ctx, const 
  * REFUSE bit of the tag it matched (a refusal completes as an empty message) and the 4-rank
  * communicator-isolation test hangs in about half of the runs (a receive posted after its
  * message arrived never completes; upstream fixed such a hang after 1.17, docs/net-ofi.md). */
+static int wantsMsgEndpoints(const ofiCtx* ctx) {
+  return ctx->epType == OFI_EP_MSG || (ctx->epType == OFI_EP_AUTO && strcasecmp(ctx->provider, "tcp") == 0);
+}
+
+/* The tcp provider copies a send that does not fit in the socket into a staging buffer of
+ * its own and completes it at once; closing the endpoint then drops those bytes (its close
+ * discards the buffer). A connected send comm is closed right after its last completion, so
+ * in connected mode a send completes only once the kernel has it (staging off), unless the
+ * user set FI_TCP_STAGING_SBUF_SIZE. Measured between two emulated hosts (6 alternating
+ * rounds): no difference beyond the run-to-run spread at any size. */
+static void setTcpStaging(const ofiCtx* ctx) {
+  if (!wantsMsgEndpoints(ctx) || getenv("FI_TCP_STAGING_SBUF_SIZE")) return;
+  setenv("FI_TCP_STAGING_SBUF_SIZE", "0", 0);
+}
+
 static void setRxmEagerLimit(const ofiCtx* ctx) {
   if (ctx->rxmEagerLimit == 0 || getenv("FI_OFI_RXM_EAGER_LIMIT")) return;
   /* Over tcp only: rxm over verbs needs the limit equal to its buffer size. */
@@ -164,15 +190,23 @@ static void setRxmEagerLimit(const ofiCtx* ctx) {
  * Provider discovery
  * ------------------------------------------------------------------------------------------ */
 
-static struct fi_info* makeHints(const char* provider, int mrLocal) {
+static struct fi_info* makeHints(const char* provider, int mrLocal, int msg) {
   struct fi_info* hints = fi_allocinfo();
   if (!hints) return NULL;
-  hints->caps = FI_TAGGED;
+  hints->caps = msg ? FI_MSG : FI_TAGGED;
   hints->mode = FI_CONTEXT | FI_CONTEXT2; /* every operation starts with a fi_context2 */
-  hints->ep_attr->type = FI_EP_RDM;
+  hints->ep_attr->type = msg ? FI_EP_MSG : FI_EP_RDM;
   hints->domain_attr->threading = FI_THREAD_DOMAIN; /* we serialize per device */
+  /* Connected tcp: progress only when we read the queues, no provider thread competing for
+   * the CPUs (RDM keeps the provider's default, which rxm made manual already). */
+  if (msg) {
+    hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+    hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+  }
   hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  if (mrLocal) hints->domain_attr->mr_mode |= FI_MR_LOCAL | FI_MR_ENDPOINT;
+  /* Connected mode registers per domain: registrations bound to an endpoint would need one
+   * per connection. */
+  if (mrLocal) hints->domain_attr->mr_mode |= FI_MR_LOCAL | (msg ? 0 : FI_MR_ENDPOINT);
   hints->fabric_attr->prov_name = strdup(provider);
   if (!hints->fabric_attr->prov_name) {
     fi_freeinfo(hints);
@@ -183,15 +217,25 @@ static struct fi_info* makeHints(const char* provider, int mrLocal) {
 
 /* Prefer providers that register memory themselves (they cache it with memory-change
  * monitors); fall back to doing it ourselves when only FI_MR_LOCAL variants exist. */
-static int getInfo(ofiCtx* ctx, struct fi_info** list) {
+static int getInfoOfType(ofiCtx* ctx, int msg, struct fi_info** list) {
   int ret = -FI_ENOMEM;
   for (int mrLocal = ctx->mrForce; mrLocal <= 1; mrLocal++) {
-    struct fi_info* hints = makeHints(ctx->provider, mrLocal);
+    struct fi_info* hints = makeHints(ctx->provider, mrLocal, msg);
     if (!hints) return -FI_ENOMEM;
     ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, hints, list);
     fi_freeinfo(hints);
     if (ret != -FI_ENODATA) break;
   }
+  return ret;
+}
+
+/* `endpoint_type = auto` means connected endpoints for the tcp provider named alone (its
+ * native endpoint: 2-4x faster here than ofi_rxm's reliable datagrams over it, see
+ * docs/net-ofi.md) and reliable datagrams for everything else, including "tcp;ofi_rxm". */
+static int getInfo(ofiCtx* ctx, struct fi_info** list) {
+  int msg = wantsMsgEndpoints(ctx);
+  int ret = getInfoOfType(ctx, msg, list);
+  if (ret == -FI_ENODATA && msg && ctx->epType == OFI_EP_AUTO) ret = getInfoOfType(ctx, 0, list);
   return ret;
 }
 
@@ -265,8 +309,18 @@ static ncclxResult_t ofiInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   }
 
   setRxmEagerLimit(ctx);
+  setTcpStaging(ctx);
   struct fi_info* list = NULL;
   int ret = getInfo(ctx, &list);
+  if (ret == -FI_ENODATA && ctx->epType == OFI_EP_MSG && getInfoOfType(ctx, 0, &list) == 0) {
+    fi_freeinfo(list);
+    OFI_WARN(ctx,
+             "endpoint_type = msg (%s): provider '%s' has no connected (FI_EP_MSG) endpoints; "
+             "use endpoint_type = rdm or auto",
+             configWhere(env, "endpoint_type"), ctx->provider);
+    free(ctx);
+    return ncclxInvalidUsage;
+  }
   if (ret != 0) {
     OFI_WARN(ctx,
              "libfabric provider '%s' (%s) not available: %s (libfabric %u.%u; `fi_info "
@@ -290,12 +344,20 @@ static ncclxResult_t ofiInit(void** ctxOut, const ncclxPluginEnv_t* env) {
     o += (size_t)snprintf(devs + o, sizeof(devs) - o, "%s%d: %s %s", i ? ", " : "", i,
                           ctx->devs[i].name, ctx->devs[i].addrStr);
   const ofiDevice* d0 = &ctx->devs[0];
+  char epDescription[96];
+  if (d0->msgMode)
+    snprintf(epDescription, sizeof(epDescription), "connected endpoints (FI_EP_MSG), one per connection");
+  else
+    snprintf(epDescription, sizeof(epDescription), "%d reliable-datagram endpoint(s) per device", d0->neps);
+  if (d0->msgMode && ctx->endpoints > 1)
+    OFI_INFO(ctx, "endpoints = %d has no effect with connected endpoints (one per connection)",
+             ctx->endpoints);
   OFI_INFO(ctx,
-           "provider %s (libfabric %u.%u), %d device(s): %s; %d endpoint(s) per device; "
+           "provider %s (libfabric %u.%u), %d device(s): %s; %s; "
            "memory registration %s; clear-to-send %s; completion wait fd %s; peer liveness "
            "checks %s%d ms",
            d0->info->fabric_attr->prov_name, FI_MAJOR(fi_version()), FI_MINOR(fi_version()),
-           ctx->ndev, devs, d0->neps, d0->mrLocal ? "by the plugin (FI_MR_LOCAL)" : "by the provider",
+           ctx->ndev, devs, epDescription, d0->mrLocal ? "by the plugin (FI_MR_LOCAL)" : "by the provider",
            d0->clearToSend ? "on" : "off", d0->cqFd >= 0 ? "yes" : "no",
            ctx->livenessMs ? "every " : "off, ", ctx->livenessMs);
   *ctxOut = ctx;

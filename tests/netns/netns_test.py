@@ -2,14 +2,16 @@
 """Driver of the emulated-host tests (tests/netns/CMakeLists.txt, label "netns").
 
   netns_test.py coll LAUNCHER HOSTS RPH NET PROGRAM [ARGS...]
-      PROGRAM (tests/mp/coll_check) on HOSTS x RPH emulated hosts over NET (socket | ofi);
+      PROGRAM (tests/mp/coll_check) on HOSTS x RPH emulated hosts over NET (socket | ofi:
+      plugin ofi with tcp;ofi_rxm | ofimsg: plugin ofi with tcp's connected endpoints);
       passes when it passes and the log shows every rank on the intended network and NIC,
       the communicator counting HOSTS hosts with shared memory on, and no fallback.
   netns_test.py pairs LAUNCHER HOSTS RPH NET PROGRAM
       PROGRAM (netns_pairs) connects every pair at init; each pair must have used shared memory
       when both ranks are on one host and NET otherwise, exactly one connection per peer.
-  netns_test.py cut LAUNCHER PROGRAM TIMEOUT_S
-      2 hosts x 2 ranks all-reducing in a loop (netns_cut), host 1's link deleted mid-loop:
+  netns_test.py cut LAUNCHER PROGRAM TIMEOUT_S [NET]
+      2 hosts x 2 ranks all-reducing in a loop (netns_cut) over NET (default socket), host 1's
+      link deleted mid-loop:
       every rank must exit with an error within TIMEOUT_S + margin of the cut, and each
       rank's error must name a peer rank.
   netns_test.py launcher LAUNCHER
@@ -31,7 +33,11 @@ CUT_MARGIN_S = 5.0  # scheduling slack on a loaded 2-core machine, plus the 1 s 
 NET_ENV = {
     "socket": [],
     "ofi": ["NCCLX_NET_PLUGIN=ofi", "NCCLX_NET_OFI_PROVIDER=tcp;ofi_rxm", "NCCLX_NET_OFI_DOMAIN=ncx0"],
+    "ofimsg": ["NCCLX_NET_PLUGIN=ofi", "NCCLX_NET_OFI_PROVIDER=tcp", "NCCLX_NET_OFI_DOMAIN=ncx0"],
 }
+# What the plugin's provider line says for each ofi variant: provider, kind of endpoints.
+OFI_LINE = {"ofi": ("NET/OFI: provider tcp;ofi_rxm (", "reliable-datagram"),
+            "ofimsg": ("NET/OFI: provider tcp (", "connected endpoints")}
 LINE_RE = re.compile(r"^\[r(\d+)\] (.*)$")
 ACCEPT_RE = re.compile(r"NCCLX TRACE \S+ accepted (\S+) connection from rank (\d+)")
 INIT_RE = re.compile(r"rank (\d+) nranks (\d+) hosts (\d+) net (\S+) dev \d+ shm (\S+) .*init complete")
@@ -39,6 +45,11 @@ INIT_RE = re.compile(r"rank (\d+) nranks (\d+) hosts (\d+) net (\S+) dev \d+ shm
 
 class Fail(Exception):
     pass
+
+
+def core_net(net):
+    """The network name the core logs for a test's NET (both ofi variants are plugin ofi)."""
+    return "ofi" if net.startswith("ofi") else net
 
 
 def check(cond, msg):
@@ -82,7 +93,7 @@ def verify_net(log, nranks, hosts, net):
     check(sorted(world) == list(range(nranks)),
           f"'init complete' of the {nranks}-rank communicator from ranks {sorted(world)} only")
     for r, m in world.items():
-        check(m.group(4) == net, f"rank {r} initialized with net {m.group(4)}, expected {net}")
+        check(m.group(4) == core_net(net), f"rank {r} initialized with net {m.group(4)}, expected {core_net(net)}")
         check(int(m.group(3)) == hosts, f"rank {r} counts {m.group(3)} hosts, expected {hosts}")
         check(m.group(5) == "on", f"rank {r} has the shared-memory transport off")
     fallback = [t for _, t in rank_lines(log) if re.search(r"plugin '\w+' refused|falling back", t)]
@@ -91,9 +102,10 @@ def verify_net(log, nranks, hosts, net):
         using = {r for r, t in rank_lines(log) if re.search(r"NET/Socket: using ncx0 \(198\.1[89]\.", t)}
     else:
         using = {r for r, t in rank_lines(log) if "net: using plugin 'ofi'" in t}
-        provs = {r for r, t in rank_lines(log) if "NET/OFI: provider tcp;ofi_rxm" in t and "0: ncx0" in t}
+        prov, kind = OFI_LINE[net]
+        provs = {r for r, t in rank_lines(log) if prov in t and kind in t and "0: ncx0" in t}
         check(provs == set(range(nranks)), f"ranks {sorted(set(range(nranks)) - provs)} did not "
-              "open provider tcp;ofi_rxm on ncx0")
+              f"log '{prov}' with {kind} on ncx0")
     check(using == set(range(nranks)), f"ranks {sorted(set(range(nranks)) - using)} did not log "
           f"using {net} on the emulated NIC ncx0")
 
@@ -132,7 +144,7 @@ def mode_pairs(launcher, hosts, rph, net, cmd):
         for p in range(n):
             if p == r:
                 continue
-            want = "shm" if host(r) == host(p) else net
+            want = "shm" if host(r) == host(p) else core_net(net)
             got = seen.get((r, p))
             check(got == want, f"rank {r} (host {host(r)}) <- rank {p} (host {host(p)}): "
                   f"{got or 'no connection'}, expected {want}")
@@ -141,9 +153,9 @@ def mode_pairs(launcher, hosts, rph, net, cmd):
     print(f"netns_test.py: PASS (all {n * (n - 1)} directed pairs: shm within a host, {net} between hosts)")
 
 
-def mode_cut(launcher, cmd, timeout_s):
+def mode_cut(launcher, cmd, timeout_s, net="socket"):
     timeout_s = float(timeout_s)
-    env = [f"NCCLX_CORE_TIMEOUT_S={int(timeout_s)}"]
+    env = [f"NCCLX_CORE_TIMEOUT_S={int(timeout_s)}"] + NET_ENV[net]
     extra = ["--cut-host", "1", "--cut-on", "netns_cut: looping", "--cut-after-ms", "300",
              "--grace", str(timeout_s + 2 * CUT_MARGIN_S)]
     t0 = time.monotonic()
@@ -256,8 +268,8 @@ def main(argv):
             mode_coll(args[0], args[1], args[2], args[3], args[4:])
         elif mode == "pairs" and len(args) == 5:
             mode_pairs(args[0], args[1], args[2], args[3], args[4:])
-        elif mode == "cut" and len(args) == 3:
-            mode_cut(args[0], args[1:2], args[2])
+        elif mode == "cut" and len(args) in (3, 4) and (len(args) == 3 or args[3] in NET_ENV):
+            mode_cut(args[0], args[1:2], args[2], *args[3:])
         elif mode == "launcher" and len(args) == 1:
             mode_launcher(args[0])
         else:

@@ -28,4 +28,12 @@ int ofiRawSend(ofiRaw* r, const void* addr, const void* buf, size_t len, uint64_
                double timeoutSec, void (*drive)(void*), void* arg);
 void ofiRawClose(ofiRaw* r);
 
+/* Connected mode: open a bare FI_EP_MSG endpoint of provider (and domain) and fi_connect to
+ * addr with len bytes of connection data. Returns 1 when the listener rejected it, 0 when it
+ * was accepted, -1 on another error or after timeoutSec (drive(arg) runs between polls). */
+int ofiRawConnect(const char* provider, const char* domain, const void* addr, const void* data,
+                  size_t len, double timeoutSec, void (*drive)(void*), void* arg);
+/* Plain TCP: connect to the socket address addr, write len bytes, close. 0 on success. */
+int ofiRawTcpNoise(const void* addr, size_t addrLen, const void* buf, size_t len);
+
 #endif

@@ -1,6 +1,6 @@
 /* A listener of the ofi plugin refuses senders that do not hold its handle.
  *
- *   ofi_stranger PLUGIN.so PROVIDER [DOMAIN]
+ *   ofi_stranger PLUGIN.so PROVIDER rdm|msg [DOMAIN]
  *
  * One process listens, then connects to itself three times: with a handle whose nonce is
  * wrong (a stranger, or a sender holding a stale handle: the listener must log a refusal and
@@ -8,7 +8,11 @@
  * is wrong (refused at once, no crash), and with the real handle (must work end to end).
  * Between the last two, a bare libfabric endpoint of this test (ofi_raw.c) sends the listener
  * connect messages no ncclx peer sends (0 or 9 endpoints, addresses cut short, another address
- * length, bytes of noise): nothing may be accepted, nothing may crash.
+ * length, bytes of noise): nothing may be accepted, nothing may crash. In connected mode
+ * (msg: the plugin's `endpoint_type`) those are connection requests from a bare FI_EP_MSG
+ * endpoint (no, short, wrong-magic or noisy connection data: each must be rejected) and
+ * bytes of noise written to the listener's port by a plain TCP socket, and a connect to a
+ * listener that was closed must be refused.
  * Exit 0 on success, 1 on failure, 77 when the provider is not available. */
 #include <dlfcn.h>
 #include <stddef.h>
@@ -107,16 +111,46 @@ static void sendMalformed(const char* provider, const char* domain, void* lc, co
                          "address length, noise) are refused: nothing accepted");
 }
 
+/* Connected mode: connection requests no ncclx peer makes, and TCP noise on the port. */
+static void connectMalformed(const char* provider, const char* domain, void* lc, const char* handle) {
+  ofiHandle h;
+  memcpy(&h, handle, sizeof(h));
+  listenerDrive l = {lc, 0};
+  int rejected = 0;
+  for (int c = 0; c < 4; c++) {
+    ofiMsgConnData m = {.magic = OFI_MSG_CONNECT_MAGIC, .listenId = h.listenId, .nonce = h.nonce};
+    size_t len = sizeof(m);
+    if (c == 0) len = 0;                                   /* no connection data */
+    if (c == 1) len = sizeof(m) - 4;                       /* cut short */
+    if (c == 2) m.magic ^= 0x01010101u;                    /* not ours */
+    if (c == 3) memset(&m, 0xa5, sizeof(m));               /* noise */
+    rejected += ofiRawConnect(provider, domain, h.addr, &m, len, 5.0, driveListener, &l) == 1;
+  }
+  char noise[512];
+  memset(noise, 0x5a, sizeof(noise));
+  int wrote = ofiRawTcpNoise(h.addr, h.addrLen, noise, sizeof(noise)) == 0;
+  double until = ncNow() + 0.5;
+  while (ncNow() < until) driveListener(&l);
+  check(rejected == 4, "4 malformed connection requests (no, short, wrong-magic, noisy data) "
+                       "are rejected");
+  check(wrote, "noise written to the listener's port by a plain TCP socket");
+  check(l.accepted == 0, "nothing accepted for them");
+}
+
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s PLUGIN.so PROVIDER [DOMAIN]\n", argv[0]);
+  if (argc < 4 || (strcmp(argv[3], "rdm") != 0 && strcmp(argv[3], "msg") != 0)) {
+    fprintf(stderr, "usage: %s PLUGIN.so PROVIDER rdm|msg [DOMAIN]\n", argv[0]);
     return 2;
   }
+  int msg = strcmp(argv[3], "msg") == 0;
+  const char* domain = argc > 4 ? argv[4] : NULL;
   char opt[256];
   snprintf(opt, sizeof(opt), "provider=%s", argv[2]);
   if (netcheckAddOption(opt) != 0) return 2;
-  if (argc > 3) {
-    snprintf(opt, sizeof(opt), "domain=%s", argv[3]);
+  snprintf(opt, sizeof(opt), "endpoint_type=%s", argv[3]);
+  if (netcheckAddOption(opt) != 0) return 2;
+  if (domain) {
+    snprintf(opt, sizeof(opt), "domain=%s", domain);
     if (netcheckAddOption(opt) != 0) return 2;
   }
   void* dl = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -154,7 +188,24 @@ int main(int argc, char** argv) {
   res = net->connect(ctx, 0, bad, &sc);
   check(res == ncclxInternalError && !sc, "a handle with a wrong magic is refused at once");
 
-  sendMalformed(argv[2], argc > 3 ? argv[3] : NULL, lc, handle);
+  if (msg)
+    connectMalformed(argv[2], domain, lc, handle);
+  else
+    sendMalformed(argv[2], domain, lc, handle);
+
+  if (msg) { /* connected mode: a closed listener's requests are rejected, not left waiting */
+    char closedHandle[NCCLX_NET_HANDLE_MAXSIZE];
+    void* lc2 = NULL;
+    check(net->listen(ctx, 0, closedHandle, &lc2) == ncclxSuccess && lc2, "a second listener");
+    if (lc2) net->closeListen(lc2);
+    sc = NULL;
+    accepted = 0;
+    double t0 = ncNow();
+    res = connectLoop(ctx, lc, closedHandle, &sc, &accepted, NULL);
+    check(res == ncclxRemoteError && !sc && ncNow() - t0 < 5.0,
+          "a connect to a closed listener is refused with ncclxRemoteError within 5 s");
+    if (sc) net->closeSend(sc);
+  }
 
   /* The real handle still works, and the data arrives. */
   void* rc = NULL;

@@ -11,7 +11,8 @@
 #   ofi_test.sh config CHECK_TOOL PLUGIN
 #       configuration errors: unknown provider, bad values, unknown keys.
 #
-# PROVIDER "tcp" stands for "tcp;ofi_rxm" (CMake lists cannot carry a ';'). The mp and direct
+# PROVIDER "tcp" stands for "tcp;ofi_rxm" (CMake lists cannot carry a ';': reliable datagrams
+# through ofi_rxm), "tcpmsg" for "tcp" (the plugin's connected endpoints). The mp and direct
 # modes fail when any rank did not really use the plugin with that provider: a run that fell
 # back to the socket network passes its own checks but not this script's. In those modes,
 # OFI_TEST_LEVEL sets NCCLX_DEBUG (default INFO), and the log must match the extended regular
@@ -21,7 +22,16 @@ set -u
 provider_name() {
   case "$1" in
     tcp) echo "tcp;ofi_rxm" ;;
+    tcpmsg) echo "tcp" ;;
     *) echo "$1" ;;
+  esac
+}
+
+# What the plugin's provider line must say about its endpoints for PROVIDER (short name).
+endpoint_kind() {
+  case "$1" in
+    tcpmsg) echo "connected endpoints" ;;
+    *) echo "reliable-datagram endpoint" ;;
   esac
 }
 
@@ -61,18 +71,19 @@ domain_for() {
   esac
 }
 
-# verify_log LOG PROVIDER NP: every rank loaded the plugin and initialized with it.
+# verify_log LOG PROVIDER NP KIND: every rank loaded the plugin with that provider and kind
+# of endpoints, and initialized with it.
 verify_log() {
-  log=$1 prov=$2 np=$3
+  log=$1 prov=$2 np=$3 kind=$4
   loaded=$(grep -c "net: using plugin 'ofi'" "$log")
-  provs=$(grep -cF "NET/OFI: provider $prov (" "$log")
+  provs=$(grep -F "NET/OFI: provider $prov (" "$log" | grep -cF "$kind")
   inits=$(grep -c "init complete" "$log")
   inits_ofi=$(grep "init complete" "$log" | grep -c " net ofi dev [0-9]* shm off ")
   fallback=$(grep -cE "plugin 'ofi' refused|using the built-in socket network" "$log")
-  echo "ofi_test.sh: $loaded rank(s) loaded 'ofi', $provs with provider $prov;" \
+  echo "ofi_test.sh: $loaded rank(s) loaded 'ofi', $provs with provider $prov ($kind);" \
     "$inits_ofi of $inits communicator init(s) on ofi with core shm off; $fallback fallback line(s)"
   [ "$loaded" -ge "$np" ] || fail "only $loaded of $np ranks logged \"net: using plugin 'ofi'\""
-  [ "$provs" -ge "$np" ] || fail "only $provs of $np ranks logged the plugin's provider line for $prov"
+  [ "$provs" -ge "$np" ] || fail "only $provs of $np ranks logged the plugin's provider line for $prov with $kind"
   [ "$inits" -ge "$np" ] || fail "only $inits 'init complete' lines for $np ranks"
   [ "$inits_ofi" -eq "$inits" ] || fail "$((inits - inits_ofi)) communicator(s) did not use net ofi with shm off"
   [ "$fallback" -eq 0 ] || fail "a rank fell back from the ofi plugin"
@@ -119,7 +130,7 @@ case "$mode" in
     else
       [ $# -ge 3 ] || fail "usage: direct PROVIDER NP PROGRAM [ARGS...]"
     fi
-    prov=$(provider_name "$1") np=$2
+    prov=$(provider_name "$1") kind=$(endpoint_kind "$1") np=$2
     shift 2
     ofi_env "$prov"
     log=$(mktemp "${TMPDIR:-/tmp}/ncclx-ofi-test.XXXXXX") || fail "mktemp"
@@ -134,7 +145,7 @@ case "$mode" in
     # The INFO lines of a passing run are noise; keep warnings, results and the verdict.
     grep -vE "NCCLX (INFO|TRACE)" "$log"
     [ "$rc" -eq 0 ] || { grep "NCCLX INFO" "$log" | tail -40; fail "the program exited with $rc"; }
-    verify_log "$log" "$prov" "$np"
+    verify_log "$log" "$prov" "$np" "$kind"
     echo "ofi_test.sh: PASS"
     ;;
   config)
@@ -164,7 +175,15 @@ case "$mode" in
       echo "$out" | grep -q "endpoints = '$bad' (command line -o endpoints): expected 1 to 8 endpoints per device" ||
         { echo "$out"; fail "endpoints = $bad is not reported with its key, origin and what is expected"; }
     done
-    echo "ofi_test.sh: PASS (unknown provider, bad values, a size with a suffix, unknown key, unknown domain, bad endpoint counts)"
+    out=$("$tool" --no-kill -t 5 -o provider=shm -o endpoint_type=datagram "$plugin" 2>&1)
+    echo "$out" | grep -q "endpoint_type = 'datagram' (command line -o endpoint_type): expected auto, msg (connected endpoints) or rdm" ||
+      { echo "$out"; fail "a bad endpoint_type is not reported with its key, origin and what is expected"; }
+    out=$("$tool" --no-kill -t 5 -o provider=shm -o endpoint_type=msg "$plugin" 2>&1)
+    echo "$out" | grep -q "endpoint_type = msg (command line -o endpoint_type): provider 'shm' has no connected (FI_EP_MSG) endpoints" ||
+      { echo "$out"; fail "connected endpoints asked of a provider without them are not reported"; }
+    echo "$out" | grep -q "init returned ncclxInvalidUsage" ||
+      { echo "$out"; fail "endpoint_type = msg with shm is not ncclxInvalidUsage"; }
+    echo "ofi_test.sh: PASS (unknown provider, bad values, a size with a suffix, unknown key, unknown domain, bad endpoint counts, bad endpoint types)"
     ;;
   *)
     fail "usage: ofi_test.sh netcheck|mp|direct|config ..."
