@@ -1,4 +1,5 @@
 /* Small public helpers: version, error strings, type and op names. */
+#include "coll.h"
 #include "comm.h"
 #include "debug.h"
 
@@ -29,15 +30,7 @@ API const char* ncclxGetLastError(ncclxComm_t comm) {
   return ncclxThreadLastError();
 }
 
-API size_t ncclxTypeSize(ncclxDataType_t t) {
-  switch (t) {
-    case ncclxInt8: case ncclxUint8: return 1;
-    case ncclxFloat16: case ncclxBfloat16: return 2;
-    case ncclxInt32: case ncclxUint32: case ncclxFloat32: return 4;
-    case ncclxInt64: case ncclxUint64: case ncclxFloat64: return 8;
-    default: return 0;
-  }
-}
+API size_t ncclxTypeSize(ncclxDataType_t t) { return collTypeSize(t); }
 
 API const char* ncclxTypeName(ncclxDataType_t t) {
   static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",

@@ -66,7 +66,7 @@ static void parseOverride(void) {
 /* ---------------- cost model ---------------- */
 
 size_t tuneCallBytes(const struct ncclxComm* comm, const ncclxCollArgs* a) {
-  size_t elem = ncclxTypeSize(a->datatype);
+  size_t elem = collTypeSize(a->datatype);
   switch (a->coll) {
     case NCCLX_COLL_ALLGATHER:
     case NCCLX_COLL_REDUCESCATTER:

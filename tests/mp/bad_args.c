@@ -159,6 +159,9 @@ static void collArgs(ncclxComm_t comm) {
   expectBad("Broadcast root -1", ncclxBroadcast(sb, rb, N, ncclxFloat32, -1, comm, NULL), comm, "root");
   expectBad("Broadcast dtype 42", ncclxBroadcast(sb, rb, N, BADT, 0, comm, NULL), comm, "type");
   expectBad("Broadcast root nranks", ncclxBroadcast(sb, rb, N, ncclxFloat32, n, comm, NULL), comm, "root");
+  /* 2^61 floats: 2^63 bytes, one past SIZE_MAX / 2 without overflowing size_t. */
+  expectBad("Broadcast count at the limit", ncclxBroadcast(sb, rb, SIZE_MAX / 8 + 1, ncclxFloat32, 0, comm, NULL),
+            comm, "count|overflow|large|size");
 
   expectBad("Reduce sendbuff NULL", ncclxReduce(NULL, rb, N, ncclxFloat32, ncclxSum, 0, comm, NULL), comm, "null|buf");
   expectBad("Reduce root nranks", ncclxReduce(sb, rb, N, ncclxFloat32, ncclxSum, n, comm, NULL), comm, "root");
