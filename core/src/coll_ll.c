@@ -110,6 +110,7 @@ struct ncclxLLBoard {
   uint64_t seq;       /* last call started */
   uint64_t knownDone; /* every rank has finished at least this call */
   int unlinked;
+  int bulkReady; /* this rank made sure the bulk area's pages exist (llBulkPopulate) */
   int* pidfds; /* per rank, opened when a wait on that rank gets long; -1 if not (yet) */
 };
 
@@ -257,11 +258,15 @@ static ncclxResult_t llCreate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
   if (fd < 0)
     return commFail(comm, ncclxSystemError, "LL protocol: cannot create /dev/shm%s: %s", b->name,
                     strerror(errno));
-  if (ftruncate(fd, (off_t)b->mapBytes) != 0) {
-    int e = errno;
+  /* The lines' pages are taken now (every LL call cycles through the banks), so a full
+   * /dev/shm is an error here instead of SIGBUS at a first touch; the bulk area's only when an
+   * all-gather first uses it (llBulkPopulate). */
+  size_t lineBytes = llBulkOffset(comm->nranks, b->perRegion, b->banks);
+  int e = ftruncate(fd, (off_t)b->mapBytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)lineBytes);
+  if (e != 0) {
     close(fd);
     shm_unlink(b->name);
-    return commFail(comm, ncclxSystemError, "LL protocol: cannot size /dev/shm%s to %zu bytes: %s",
+    return commFail(comm, ncclxSystemError, "LL protocol: cannot make /dev/shm%s %zu bytes: %s",
                     b->name, b->mapBytes, strerror(e));
   }
   ncclxResult_t res = llMapFd(comm, b, fd);
@@ -701,7 +706,7 @@ static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a,
 static ncclxResult_t llGatherRound(struct ncclxComm* comm, const ncclxCollArgs* a, size_t off,
                                    size_t len) {
   int n = comm->nranks, me = comm->rank;
-  size_t blk = a->count * ncclxTypeSize(a->datatype);
+  size_t blk = a->count * collTypeSize(a->datatype);
   llCall c = {.comm = comm, .a = a, .call = a};
   NCCLX_CHECK(llBoard(comm, &c.b));
   struct ncclxLLBoard* b = c.b;
@@ -726,12 +731,31 @@ static ncclxResult_t llGatherRound(struct ncclxComm* comm, const ncclxCollArgs* 
   return ncclxSuccess;
 }
 
+/* Fault the bulk area's pages in before the first use: with /dev/shm full that fails with
+ * EFAULT here (MADV_POPULATE_WRITE, Linux 5.14) instead of a SIGBUS in memcpy. Kernels
+ * without it (EINVAL) keep the old behaviour. */
+static ncclxResult_t llBulkPopulate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
+#ifdef MADV_POPULATE_WRITE
+  size_t bytes = (size_t)LL_BULK_BANKS * (size_t)comm->nranks * b->bulkBytes;
+  if (madvise(b->bulk, bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL)
+    return commFail(comm, ncclxSystemError,
+                    "LL protocol: cannot allocate the all-gather's %zu-byte area in /dev/shm%s: %s "
+                    "(is /dev/shm full?)",
+                    bytes, b->name, strerror(errno));
+#else
+  (void)comm;
+#endif
+  b->bulkReady = 1;
+  return ncclxSuccess;
+}
+
 /* An all-gather whose blocks outgrow a line region: rounds of a bulk region each, the bulk
  * banks pipelining them (ranks that disagree on the count fail at the first round). */
 static ncclxResult_t llGatherBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   struct ncclxLLBoard* b;
   NCCLX_CHECK(llBoard(comm, &b));
-  size_t blk = a->count * ncclxTypeSize(a->datatype);
+  if (!b->bulkReady) NCCLX_CHECK(llBulkPopulate(comm, b));
+  size_t blk = a->count * collTypeSize(a->datatype);
   for (size_t off = 0; off < blk; off += b->bulkBytes)
     NCCLX_CHECK(llGatherRound(comm, a, off, blk - off < b->bulkBytes ? blk - off : b->bulkBytes));
   /* Our own block last: in place it is already there, and it was the source above. */
@@ -746,7 +770,7 @@ static ncclxResult_t llGatherBulkRun(struct ncclxComm* comm, const ncclxCollArgs
  * copies against 2 (n - 1)), which is what counts when ranks share CPUs. Every round carries
  * the whole call's signature, so ranks that disagree on count or root fail at the first. */
 ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  if (a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(a->count * ncclxTypeSize(a->datatype)))
+  if (a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(a->count * collTypeSize(a->datatype)))
     return llGatherBulkRun(comm, a);
   if (a->coll != NCCLX_COLL_BROADCAST) return llRound(comm, a, a);
   struct ncclxLLBoard* b;

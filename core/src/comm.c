@@ -16,6 +16,7 @@
 #include "prof.h"
 #include "transport.h"
 #include "tune.h"
+#include "xfer.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -268,9 +269,15 @@ static void commFreeResources(struct ncclxComm* comm) {
   comm->scratchSize = 0;
 }
 
+/* Hosts, the most ranks on one, and the fewest CPUs a rank may use: what the tuner compares,
+ * the same on every rank (a rank's own CPU count comes from its affinity, which launchers
+ * may set differently per rank: ranks would then choose different protocols and wait for
+ * each other). */
 static void commCountHosts(struct ncclxComm* comm) {
-  int nhosts = 0, maxPer = 0;
+  int nhosts = 0, maxPer = 0, cpus = 0;
   for (int i = 0; i < comm->nranks; i++) {
+    int c = comm->peerInfo[i].cpus > 0 ? comm->peerInfo[i].cpus : 1;
+    if (cpus == 0 || c < cpus) cpus = c;
     int seenBefore = 0, same = 0;
     for (int j = 0; j < comm->nranks; j++) {
       if (comm->peerInfo[j].hostHash != comm->peerInfo[i].hostHash) continue;
@@ -282,6 +289,7 @@ static void commCountHosts(struct ncclxComm* comm) {
   }
   comm->nhosts = nhosts;
   comm->ranksPerHostMax = maxPer;
+  comm->hostCpusMin = cpus;
 }
 
 /* Before the bootstrap: transports open and listening, this rank's peer info filled in (at
@@ -298,6 +306,7 @@ static ncclxResult_t commPrepare(struct ncclxComm* comm, struct ncclxComm* paren
   struct ncclxPeerInfo* me = &comm->peerInfo[comm->rank];
   me->rank = comm->rank;
   me->pid = (int)getpid();
+  me->cpus = xferHostCpus();
   snprintf(me->hostname, sizeof(me->hostname), "%s", bootstrapHostname());
   me->hostHash = hostIdentity(me->hostname);
   return parent ? peersListenShared(comm, parent) : peersListen(comm);

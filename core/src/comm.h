@@ -23,6 +23,7 @@ struct ncclxPeerInfo {
   char netHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from the network's listen */
   char shmHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from shared memory's listen, if enabled */
   int shmEnabled;
+  int cpus; /* CPUs this rank's process may run on (xferHostCpus) */
 };
 
 /* A transport the communicator talks over: the network, or shared memory for peers on the
@@ -51,6 +52,8 @@ struct ncclxComm {
   struct bootstrap* bootstrap;
   struct ncclxPeerInfo* peerInfo; /* nranks entries */
   int nhosts, ranksPerHostMax;
+  int hostCpusMin; /* the fewest CPUs of any rank's process: with ranksPerHostMax, whether
+                      ranks share CPUs, as every rank sees it (tune.c) */
   struct ncclxHostMap* hostMap; /* coll_hier.c: built on the first hierarchical call */
   struct ncclxLLBoard* ll;       /* coll_ll.c: mapped on the first LL-protocol call */
 

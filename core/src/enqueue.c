@@ -94,8 +94,11 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
       return commArgError(comm, ncclxInvalidArgument, "%s: count and displacement arrays must not be NULL", fn);
     int anySend = 0, anyRecv = 0;
     for (int r = 0; r < comm->nranks; r++) {
-      NCCLX_CHECK(checkCount(comm, a->sendcounts[r] + a->sdispls[r], 1, a->datatype, fn));
-      NCCLX_CHECK(checkCount(comm, a->recvcounts[r] + a->rdispls[r], 1, a->datatype, fn));
+      size_t sendEnd, recvEnd; /* a count plus its displacement may wrap: SIZE_MAX is refused */
+      if (__builtin_add_overflow(a->sendcounts[r], a->sdispls[r], &sendEnd)) sendEnd = SIZE_MAX;
+      if (__builtin_add_overflow(a->recvcounts[r], a->rdispls[r], &recvEnd)) recvEnd = SIZE_MAX;
+      NCCLX_CHECK(checkCount(comm, sendEnd, 1, a->datatype, fn));
+      NCCLX_CHECK(checkCount(comm, recvEnd, 1, a->datatype, fn));
       anySend |= a->sendcounts[r] > 0;
       anyRecv |= a->recvcounts[r] > 0;
     }

@@ -45,6 +45,8 @@ int shmSegCreate(const char* name, size_t bytes, void** ptr) {
   if (fd < 0) return errno;
   int err = 0;
   if (ftruncate(fd, (off_t)bytes) != 0) err = errno;
+  /* Take the pages now: a full /dev/shm is then ENOSPC here, not SIGBUS at a first touch. */
+  if (!err) err = posix_fallocate(fd, 0, (off_t)bytes);
   void* p = MAP_FAILED;
   if (!err) {
     p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

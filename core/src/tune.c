@@ -177,7 +177,7 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
   for (int i = 0; i < *nvalid; i++)
     if (best < 0 || table[valid[i]] < best) best = table[valid[i]];
   if (best < 0) return;
-  double shared = comm->ranksPerHostMax > xferHostCpus() ? 1.0 : 4.0;
+  double shared = comm->ranksPerHostMax > comm->hostCpusMin ? 1.0 : 4.0;
   double copies = coll == NCCLX_COLL_ALLGATHER ? n : (4.0 / 3.0) * (n + 1);
   table[e] = (float)(best * shared * copies / (2 * (n - 1)));
   valid[(*nvalid)++] = e;
@@ -188,7 +188,7 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
  * layout. Calls repeat shapes, so a few tables per thread save recomputing the model on
  * every call; the key holds everything the table depends on, so entries never go stale. */
 typedef struct {
-  int used, coll, nranks, nhosts, perHost, tp;
+  int used, coll, nranks, nhosts, perHost, cpus, tp;
   const void* peers; /* the comm's peer table: whether LL can run depends on it */
   size_t bytes, chunk;
   unsigned modelGen;
@@ -204,12 +204,14 @@ static void modelTable(const struct ncclxComm* comm, ncclxCollType_t coll, size_
   unsigned gen = tuneModelGeneration();
   TableCacheEntry* e = &tableCache[((callBytes * 0x9e3779b97f4a7c15ull) >> 62) ^ ((unsigned)coll & 3u)];
   if (!(e->used && e->coll == (int)coll && e->bytes == callBytes && e->nranks == comm->nranks &&
-        e->nhosts == comm->nhosts && e->perHost == comm->ranksPerHostMax && e->tp == tp &&
+        e->nhosts == comm->nhosts && e->perHost == comm->ranksPerHostMax &&
+        e->cpus == comm->hostCpusMin && e->tp == tp &&
         e->peers == (const void*)comm->peerInfo &&
         e->chunk == comm->chunkBytes && e->modelGen == gen)) {
     modelTableCompute(comm, coll, callBytes, e->table, e->valid, &e->nvalid);
     e->used = 1, e->coll = (int)coll, e->bytes = callBytes, e->nranks = comm->nranks;
-    e->nhosts = comm->nhosts, e->perHost = comm->ranksPerHostMax, e->tp = tp;
+    e->nhosts = comm->nhosts, e->perHost = comm->ranksPerHostMax, e->cpus = comm->hostCpusMin;
+    e->tp = tp;
     e->peers = comm->peerInfo;
     e->chunk = comm->chunkBytes, e->modelGen = gen;
   }

@@ -192,6 +192,10 @@ static void collArgs(ncclxComm_t comm) {
   expectBad("AllToAllv rdispls NULL", ncclxAllToAllv(sb, cnt, dsp, rb, cnt, NULL, ncclxFloat32, comm, NULL), comm, "displ|null");
   expectBad("AllToAllv sendbuff NULL, counts > 0", ncclxAllToAllv(NULL, cnt, dsp, rb, cnt, dsp, ncclxFloat32, comm, NULL), comm, "null|buf");
   expectBad("AllToAllv recvbuff NULL, counts > 0", ncclxAllToAllv(sb, cnt, dsp, NULL, cnt, dsp, ncclxFloat32, comm, NULL), comm, "null|buf");
+  /* A count plus its displacement that wraps around size_t (to 0 here) is still too large. */
+  size_t wrapDsp[2] = {0, SIZE_MAX - 1}, wrapCnt[2] = {1, 2};
+  expectBad("AllToAllv count + displacement wraps", ncclxAllToAllv(sb, wrapCnt, wrapDsp, rb, cnt, dsp, ncclxFloat32, comm, NULL),
+            comm, "count|overflow|large|size");
 
   expectBad("Send buff NULL", ncclxSend(NULL, N, ncclxFloat32, 0, comm, NULL), comm, "null|buf");
   expectBad("Send peer -1", ncclxSend(sb, N, ncclxFloat32, -1, comm, NULL), comm, "peer");

@@ -224,6 +224,7 @@ static void fakeComm(struct ncclxComm* c, int nranks, int nhosts, int shm) {
   c->nranks = nranks;
   c->nhosts = nhosts;
   c->ranksPerHostMax = (nranks + nhosts - 1) / nhosts;
+  c->hostCpusMin = xferHostCpus();
   c->chunkBytes = 512 * 1024;
   c->maxMessageBytes = (size_t)1 << 30;
   if (shm) c->tp[NCCLX_TP_SHM].net = &fakeShm;
@@ -388,6 +389,28 @@ static void testLLAllgatherBulk(void) {
   }
 }
 
+/* Whether ranks share CPUs comes from the communicator (the fewest CPUs of any rank, from the
+ * peer info), not from this process's affinity: ranks pinned differently must still choose
+ * the same protocol, or each waits for the other's. */
+static void testSharedCpusFromComm(void) {
+  struct ncclxPeerInfo info[4];
+  memset(info, 0, sizeof info);
+  for (int r = 0; r < 4; r++) info[r].shmEnabled = 1;
+  struct ncclxComm few, many;
+  fakeComm(&few, 4, 1, 1);
+  fakeComm(&many, 4, 1, 1);
+  few.peerInfo = many.peerInfo = info;
+  few.hostCpusMin = 2;    /* 4 ranks on 2 CPUs */
+  many.hostCpusMin = 512; /* a CPU per rank, whatever this machine has */
+  ncclxCollArgs a;
+  memset(&a, 0, sizeof a);
+  a.coll = NCCLX_COLL_ALLGATHER, a.count = 1 << 16, a.datatype = ncclxFloat32; /* 256 KiB per rank */
+  tuneSelect(&few, &a);
+  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
+  tuneSelect(&many, &a);
+  CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+}
+
 static void testToolHooks(void) {
   struct ncclxComm c;
   fakeComm(&c, 3, 1, 1);
@@ -496,6 +519,7 @@ int main(void) {
   testLLChoices();
   testLLBroadcastRounds();
   testLLAllgatherBulk();
+  testSharedCpusFromComm();
   testToolHooks();
   testTunerMasking();
   testTunerAskedOncePerShape();
