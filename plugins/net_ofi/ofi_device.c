@@ -130,15 +130,21 @@ static void opComplete(ofiDevice* d, void* context, size_t len, uint64_t tag, in
   if (owner->released && owner->liveOps == 0 && owner->kind != OFI_OBJ_DEVICE) objFree(owner);
 }
 
-ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone done, int send,
-                      void* buf, size_t len, void* mhandle, fi_addr_t peer, uint64_t tag,
-                      uint64_t ignore) {
+/* One operation on endpoint e: tagged (tag, ignore, peer) or, in connected mode, untagged.
+ * buf is registered for the operation when the provider needs it and mhandle is NULL. */
+static ssize_t postOp(ofiDevice* d, struct fid_ep* e, int tagged, ofiOp* op, ofiObj* owner,
+                      ofiOpDone done, int send, void* buf, size_t len, void* mhandle,
+                      fi_addr_t peer, uint64_t tag, uint64_t ignore) {
   void* desc = NULL;
   ofiMrEntry* held = NULL;
   if (ofiMrDesc(d, mhandle, buf, len, &desc, &held) != ncclxSuccess) return -FI_EINVAL;
-  struct fid_ep* e = d->eps[ep];
-  ssize_t ret = send ? fi_tsend(e, buf, len, desc, peer, tag, &op->fctx)
-                     : fi_trecv(e, buf, len, desc, peer, tag, ignore, &op->fctx);
+  ssize_t ret;
+  if (tagged)
+    ret = send ? fi_tsend(e, buf, len, desc, peer, tag, &op->fctx)
+               : fi_trecv(e, buf, len, desc, peer, tag, ignore, &op->fctx);
+  else
+    ret = send ? fi_send(e, buf, len, desc, FI_ADDR_UNSPEC, &op->fctx)
+               : fi_recv(e, buf, len, desc, FI_ADDR_UNSPEC, &op->fctx);
   if (ret != 0) {
     ofiMrPut(d, held);
     return ret;
@@ -149,21 +155,15 @@ ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone 
   return 0;
 }
 
+ssize_t ofiPostTagged(ofiDevice* d, int ep, ofiOp* op, ofiObj* owner, ofiOpDone done, int send,
+                      void* buf, size_t len, void* mhandle, fi_addr_t peer, uint64_t tag,
+                      uint64_t ignore) {
+  return postOp(d, d->eps[ep], 1, op, owner, done, send, buf, len, mhandle, peer, tag, ignore);
+}
+
 ssize_t ofiPostMsg(ofiDevice* d, struct fid_ep* ep, ofiOp* op, ofiObj* owner, ofiOpDone done,
                    int send, void* buf, size_t len, void* mhandle) {
-  void* desc = NULL;
-  ofiMrEntry* held = NULL;
-  if (ofiMrDesc(d, mhandle, buf, len, &desc, &held) != ncclxSuccess) return -FI_EINVAL;
-  ssize_t ret = send ? fi_send(ep, buf, len, desc, FI_ADDR_UNSPEC, &op->fctx)
-                     : fi_recv(ep, buf, len, desc, FI_ADDR_UNSPEC, &op->fctx);
-  if (ret != 0) {
-    ofiMrPut(d, held);
-    return ret;
-  }
-  op->mr = held;
-  op->ep = ep;
-  ofiOpPosted(op, owner, done);
-  return 0;
+  return postOp(d, ep, 0, op, owner, done, send, buf, len, mhandle, FI_ADDR_UNSPEC, 0, 0);
 }
 
 /* Endpoints are closed only once no operation is posted on them (or by the device's close,
