@@ -25,10 +25,13 @@
  *                            cannot see a receiver's larger count: that receiver ends with the
  *                            timeout, as in the timeout scenarios.
  *   fault_kill gather-count  (run with NCCLX_PROTO=ll: an all-gather through the board's bulk
- *                            regions) after a good all-gather, rank 1 gathers 1024 floats per
- *                            rank more than the others: every rank fails within 10 s, rank 1
- *                            saying the calls differ (each sees another's signature at the
- *                            first round).
+ *                            regions) after a good all-gather, rank 1 gathers
+ *                            MP_FAULT_GATHER_EXTRA (default 1024) floats per rank more than the
+ *                            others: every rank fails within 10 s, rank 1 saying the calls
+ *                            differ (each sees another's signature at the first round). With
+ *                            MP_FAULT_COUNT=4000 and an extra 1048 the others' 4000-byte blocks
+ *                            go through the board's lines and rank 1's 8 KiB through the bulk
+ *                            regions: the two paths must still fail, not wait for each other.
  *
  * Each child checks its own conditions and exits 0 or 1; the parent checks exit statuses
  * and a wall-clock bound. */
@@ -46,6 +49,7 @@
 /* 1 MiB of float32 (the simple protocol's pipelines), or MP_FAULT_COUNT elements (16: the
  * LL protocol's shared board, where a dead rank is seen through its pidfd). */
 static size_t g_count = 1u << 18;
+static size_t g_gatherExtra = 1024; /* gather-count: rank 1's extra floats per rank */
 
 static mpJob g_job;
 static double g_timeout; /* seconds, the [core] timeout_s this scenario runs with */
@@ -343,7 +347,7 @@ static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
 static int gatherCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   (void)arg;
   ncclxComm_t comm = initRank(rank, id);
-  size_t per = g_count / (size_t)nranks, n = per + 1024;
+  size_t per = g_count / (size_t)nranks, n = per + g_gatherExtra;
   float* s = malloc(n * sizeof(float));
   float* r = malloc(n * (size_t)nranks * sizeof(float));
   for (size_t i = 0; i < n; i++) s[i] = (float)((size_t)rank * 7 + i % 251);
@@ -392,6 +396,8 @@ int main(int argc, char** argv) {
   /* Before any ncclx call: the configuration is read once per process and children
    * inherit it. */
   if (getenv("MP_FAULT_COUNT")) g_count = (size_t)strtoul(getenv("MP_FAULT_COUNT"), NULL, 10);
+  if (getenv("MP_FAULT_GATHER_EXTRA"))
+    g_gatherExtra = (size_t)strtoul(getenv("MP_FAULT_GATHER_EXTRA"), NULL, 10);
   g_timeout = isTimeout ? 3.0 : 20.0;
   setenv("NCCLX_CORE_TIMEOUT_S", isTimeout ? "3" : "20", 1);
   /* SIGPIPE keeps its default action: a write to a dead peer must not kill a survivor. */
