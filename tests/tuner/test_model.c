@@ -321,14 +321,28 @@ static void testLLChoices(void) {
   CHECK(!collLLRunnable(&noShm, NCCLX_COLL_ALLREDUCE, 64));
 }
 
+/* Peer info of up to 8 ranks that all have shared memory (the board can run). */
+static struct ncclxPeerInfo* shmPeers(void) {
+  static struct ncclxPeerInfo info[8];
+  memset(info, 0, sizeof info);
+  for (int r = 0; r < 8; r++) info[r].shmEnabled = 1;
+  return info;
+}
+
+/* The call goes (linear, ll) on `ll` and the simple protocol on `simple`. */
+static void checkLLThenSimple(struct ncclxComm* ll, struct ncclxComm* simple, ncclxCollArgs* a) {
+  tuneSelect(ll, a);
+  CHECK(a->algo == NCCLX_ALGO_LINEAR && a->proto == NCCLX_PROTO_LL);
+  tuneSelect(simple, a);
+  CHECK(a->proto == NCCLX_PROTO_SIMPLE);
+}
+
 /* Broadcasts beyond one round of the board: runnable at any size, in rounds of a whole bank
  * (every rank's region: 4 x 86 lines x 48 bytes at 4 ranks), and chosen only when ranks share
  * CPUs and there are enough of them for the board's single copies to beat the ring's double
  * ones (6 or more). */
 static void testLLBroadcastRounds(void) {
-  struct ncclxPeerInfo info[8];
-  memset(info, 0, sizeof info);
-  for (int r = 0; r < 8; r++) info[r].shmEnabled = 1;
+  struct ncclxPeerInfo* info = shmPeers();
   struct ncclxComm four, eightShared, eightOwn, fourShared;
   fakeComm(&four, 4, 1, 1);
   fakeComm(&fourShared, 4, 1, 1);
@@ -346,10 +360,7 @@ static void testLLBroadcastRounds(void) {
   ncclxCollArgs a;
   memset(&a, 0, sizeof a);
   a.coll = NCCLX_COLL_BROADCAST, a.count = 1 << 18, a.datatype = ncclxFloat32; /* 1 MiB */
-  tuneSelect(&eightShared, &a);
-  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
-  tuneSelect(&eightOwn, &a);
-  CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+  checkLLThenSimple(&eightShared, &eightOwn, &a);
   tuneSelect(&fourShared, &a);
   CHECK(a.proto == NCCLX_PROTO_SIMPLE);
 }
@@ -359,9 +370,7 @@ static void testLLBroadcastRounds(void) {
  * ranks share CPUs (n copies of every byte against the ring's 2 (n - 1)), left to the simple
  * protocol with a CPU per rank. */
 static void testLLAllgatherBulk(void) {
-  struct ncclxPeerInfo info[8];
-  memset(info, 0, sizeof info);
-  for (int r = 0; r < 8; r++) info[r].shmEnabled = 1;
+  struct ncclxPeerInfo* info = shmPeers();
   struct ncclxComm shared, own, twoHosts;
   fakeComm(&shared, 8, 1, 1);
   fakeComm(&own, 8, 1, 1);
@@ -382,10 +391,7 @@ static void testLLAllgatherBulk(void) {
   a.coll = NCCLX_COLL_ALLGATHER, a.datatype = ncclxFloat32;
   for (size_t count = 2048; count <= ((size_t)1 << 20); count *= 4) { /* 64 KiB .. 32 MiB */
     a.count = count;
-    tuneSelect(&shared, &a);
-    CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
-    tuneSelect(&own, &a);
-    CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+    checkLLThenSimple(&shared, &own, &a);
   }
 }
 
@@ -393,9 +399,7 @@ static void testLLAllgatherBulk(void) {
  * peer info), not from this process's affinity: ranks pinned differently must still choose
  * the same protocol, or each waits for the other's. */
 static void testSharedCpusFromComm(void) {
-  struct ncclxPeerInfo info[4];
-  memset(info, 0, sizeof info);
-  for (int r = 0; r < 4; r++) info[r].shmEnabled = 1;
+  struct ncclxPeerInfo* info = shmPeers();
   struct ncclxComm few, many;
   fakeComm(&few, 4, 1, 1);
   fakeComm(&many, 4, 1, 1);
@@ -405,10 +409,7 @@ static void testSharedCpusFromComm(void) {
   ncclxCollArgs a;
   memset(&a, 0, sizeof a);
   a.coll = NCCLX_COLL_ALLGATHER, a.count = 1 << 16, a.datatype = ncclxFloat32; /* 256 KiB per rank */
-  tuneSelect(&few, &a);
-  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
-  tuneSelect(&many, &a);
-  CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+  checkLLThenSimple(&few, &many, &a);
 }
 
 static void testToolHooks(void) {
