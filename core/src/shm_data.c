@@ -20,6 +20,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "copy_nt.h"
 #include "shm_internal.h"
 
 ncclxResult_t shmFail(shmComm* c, ncclxResult_t err, const char* fmt, ...) {
@@ -79,6 +80,31 @@ static int slotFree(shmComm* c) {
   return 0;
 }
 
+/* A plain copy into a slot the receiver has read before needs those lines back from its
+ * core; at times (copy_nt.h) that makes it 10x slower, so two slow plain copies in a row
+ * turn the next SHM_NT_COPIES large copies into non-temporal ones, which are as fast in
+ * either case but leave the receiver to read from memory (up to 1.4x slower than a plain
+ * copy at its best). Then a plain copy is tried again: the slow stretches end. */
+#define SHM_NT_COPIES 256u
+#define SHM_SLOW_COPY_BYTES_PER_NS 3 /* plain copies under ~3 GB/s are slow (~25 at best) */
+static void copyToSlot(shmComm* c, void* dst, const void* src, size_t len) {
+  if (len < NCCLX_COPY_NT_MIN) {
+    memcpy(dst, src, len);
+  } else if (c->ntCopies > 0) {
+    c->ntCopies--;
+    copyNonTemporal(dst, src, len);
+  } else {
+    uint64_t start = shmNowNs();
+    memcpy(dst, src, len);
+    uint64_t ns = shmNowNs() - start;
+    c->slowCopies = ns * SHM_SLOW_COPY_BYTES_PER_NS > len ? c->slowCopies + 1 : 0;
+    if (c->slowCopies >= 2) { /* one alone may be a preemption */
+      c->ntCopies = SHM_NT_COPIES;
+      c->slowCopies = 0;
+    }
+  }
+}
+
 static inline void publish(shmComm* c, shmSlot* sl, uint32_t kind, const shmReq* r) {
   sl->s.size = r->size;
   sl->s.tag = r->tag;
@@ -93,7 +119,7 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
     if (!slotFree(c)) return 0;
     shmSlot* sl = slotOf(c, c->seq);
     if (r->size)
-      memcpy(r->size <= SHM_TINY_BYTES ? (char*)sl->s.tiny : payloadOf(c, c->seq), r->data, r->size);
+      copyToSlot(c, r->size <= SHM_TINY_BYTES ? (char*)sl->s.tiny : payloadOf(c, c->seq), r->data, r->size);
     publish(c, sl, SHM_MSG_INLINE, r);
     r->off = r->size;
     r->state = SHM_REQ_DONE;
@@ -113,7 +139,7 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
   }
   while (r->off < r->size && slotFree(c)) {
     size_t len = r->size - r->off < c->payloadBytes ? r->size - r->off : c->payloadBytes;
-    memcpy(payloadOf(c, c->seq), r->data + r->off, len);
+    copyToSlot(c, payloadOf(c, c->seq), r->data + r->off, len);
     uint32_t kind = r->off == 0 ? SHM_MSG_FRAG_FIRST : SHM_MSG_FRAG_NEXT;
     r->off += len;
     publish(c, slotOf(c, c->seq), kind, r);

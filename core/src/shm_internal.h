@@ -212,6 +212,8 @@ struct shmComm {
   /* Sender only. */
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
+  uint32_t ntCopies;   /* slot copies left to make with non-temporal stores (copyToSlot) */
+  uint32_t slowCopies; /* slow plain copies in a row */
   shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
   char name[SHM_NAME_MAX];
   uint8_t probe[SHM_PROBE_BYTES]; /* what the receiver's CMA test reads */

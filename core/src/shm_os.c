@@ -49,7 +49,9 @@ int shmSegCreate(const char* name, size_t bytes, void** ptr) {
   if (!err) err = posix_fallocate(fd, 0, (off_t)bytes);
   void* p = MAP_FAILED;
   if (!err) {
-    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* Page tables filled now: a first copy into a slot would otherwise take a fault per
+     * page and look slow to copyToSlot. */
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) err = errno;
   }
   close(fd);
@@ -70,7 +72,7 @@ int shmSegOpen(const char* name, size_t minBytes, void** ptr, size_t* bytes) {
   if (!err && (st.st_size < 0 || (size_t)st.st_size < minBytes)) err = EPROTO;
   void* p = MAP_FAILED;
   if (!err) {
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) err = errno;
   }
   close(fd);

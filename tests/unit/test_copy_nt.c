@@ -1,0 +1,40 @@
+/* copyNonTemporal (copy_nt.h): the same bytes as memcpy for every destination and source
+ * alignment within 64 bytes and sizes around the 16-byte head, the 64-byte loop and the
+ * tail, and nothing written outside the destination. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy_nt.h"
+
+#define GUARD 64
+#define MAX_BYTES (70 * 1024)
+
+int main(void) {
+  static const size_t sizes[] = {0, 1, 15, 16, 17, 63, 64, 65, 79, 127, 128, 129, 1000, 4096,
+                                 16383, 16384, 65536, 65536 + 37, MAX_BYTES};
+  unsigned char* src = malloc(MAX_BYTES + 2 * GUARD);
+  unsigned char* dst = malloc(MAX_BYTES + 2 * GUARD);
+  if (!src || !dst) return fprintf(stderr, "out of memory\n"), 1;
+  for (size_t i = 0; i < MAX_BYTES + 2 * GUARD; i++) src[i] = (unsigned char)(i * 131 + 7);
+  int failures = 0, cases = 0;
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+    for (size_t dOff = 0; dOff < GUARD; dOff += 5)
+      for (size_t sOff = 0; sOff < GUARD; sOff += 13) {
+        size_t n = sizes[s];
+        memset(dst, 0xA5, MAX_BYTES + 2 * GUARD);
+        copyNonTemporal(dst + dOff, src + sOff, n);
+        cases++;
+        int bad = memcmp(dst + dOff, src + sOff, n) != 0;
+        for (size_t i = 0; i < dOff && !bad; i++) bad = dst[i] != 0xA5;
+        for (size_t i = dOff + n; i < dOff + n + GUARD && !bad; i++) bad = dst[i] != 0xA5;
+        if (bad && failures++ < 10)
+          fprintf(stderr, "copyNonTemporal: %zu bytes, destination offset %zu, source offset %zu: "
+                  "wrong bytes or a write outside the destination\n", n, dOff, sOff);
+      }
+  free(src);
+  free(dst);
+  printf("test_copy_nt: %d cases, %d failed\n", cases, failures);
+  return failures ? 1 : 0;
+}
