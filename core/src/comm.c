@@ -176,6 +176,18 @@ void commRelease(struct ncclxComm* comm) {
   free(comm);
 }
 
+int commExecLock(struct ncclxComm* comm) {
+  if (pthread_mutex_trylock(&comm->execLock) == 0) return 0;
+  commRetain(comm);
+  pthread_mutex_lock(&comm->execLock);
+  return 1;
+}
+
+void commExecUnlock(struct ncclxComm* comm, int ref) {
+  pthread_mutex_unlock(&comm->execLock);
+  if (ref) commRelease(comm);
+}
+
 /* ---------------- init ---------------- */
 
 static uint64_t hashString(uint64_t h, const char* s) {

@@ -143,4 +143,10 @@ void* commScratch(struct ncclxComm* comm, size_t bytes);
 
 void commRetain(struct ncclxComm* comm);
 void commRelease(struct ncclxComm* comm);
+/* Take and drop comm->execLock around an operation run on the calling thread without a
+ * reference of its own. Uncontended that is one atomic instruction; when another thread holds
+ * the lock (a stream task, or Abort/Destroy about to free the comm), the caller takes a
+ * reference first so the comm outlives the wait. commExecLock returns whether it did. */
+int commExecLock(struct ncclxComm* comm);
+void commExecUnlock(struct ncclxComm* comm, int ref);
 #endif

@@ -121,7 +121,7 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
 
 static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclxStream_t stream) {
   ncclxLogSetRank(comm->rank);
-  pthread_mutex_lock(&comm->execLock);
+  int ref = commExecLock(comm);
   ncclxResult_t res = atomic_load(&comm->destroyed)
                           ? ncclxSetError(ncclxInvalidUsage, "%s: communicator was destroyed before the queued call ran",
                                           collFuncName(coll->coll))
@@ -159,7 +159,7 @@ static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclx
     comm->curProfEvent = NULL;
     comm->curOpName = NULL;
   }
-  pthread_mutex_unlock(&comm->execLock);
+  commExecUnlock(comm, ref);
   return res;
 }
 
@@ -184,7 +184,12 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
     if (!seen) comms[ncomms++] = ops[i]->comm;
   }
   qsort(comms, (size_t)ncomms, sizeof(*comms), compareCommAddr); /* lock order: no deadlock */
-  for (int j = 0; j < ncomms; j++) pthread_mutex_lock(&comms[j]->execLock);
+  int* refs = calloc((size_t)ncomms, sizeof(*refs));
+  if (!refs) {
+    free(comms), free(x), free(events);
+    return ncclxSetError(ncclxSystemError, "out of memory for %d send/recv operations", n);
+  }
+  for (int j = 0; j < ncomms; j++) refs[j] = commExecLock(comms[j]);
   ncclxResult_t res = ncclxSuccess;
   for (int j = 0; j < ncomms && res == ncclxSuccess; j++) {
     res = atomic_load(&comms[j]->destroyed)
@@ -217,9 +222,9 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
   for (int j = 0; j < ncomms; j++) {
     comms[j]->curOpName = NULL;
     comms[j]->curProfEvent = NULL;
-    pthread_mutex_unlock(&comms[j]->execLock);
+    commExecUnlock(comms[j], refs[j]);
   }
-  free(comms), free(x), free(events);
+  free(comms), free(x), free(events), free(refs);
   return res;
 }
 
@@ -335,7 +340,7 @@ API ncclxResult_t ncclxGroupEnd(void) {
 static ncclxResult_t submit(struct ncclxOp* tmpl) {
   if (groupDepth == 0 && !tmpl->stream) {
     /* Runs now on the calling thread: the caller's copy serves, no allocation, and no
-     * reference (see submitColl). */
+     * reference unless it waits for a lock (see submitColl). */
     tmpl->next = NULL;
     ncclxResult_t res = execList(tmpl);
     free(tmpl->vcounts);
@@ -367,11 +372,11 @@ static ncclxResult_t submitColl(struct ncclxComm* comm, ncclxStream_t stream, nc
   if (groupDepth == 0 && !stream) {
     /* Runs now on the calling thread, straight from the caller's arguments: no op to fill
      * and copy (a 160-byte zero fill and a copy per small call), and alltoallv's arrays
-     * stay valid for the whole call without a copy. No reference is taken: the call
-     * touches the communicator only until it unlocks execLock, and ncclxCommAbort or
-     * Destroy from another thread frees it only after taking that lock. The two atomic
-     * instructions a reference costs wait for this rank's stores to other cores' lines
-     * (the LL protocol's): 9% of a 2-rank 8-byte broadcast. */
+     * stay valid for the whole call without a copy. No reference is taken unless the
+     * call has to wait for execLock (commExecLock): holding the lock keeps ncclxCommAbort
+     * or Destroy from freeing the communicator, and nothing touches it after the unlock.
+     * The two atomic instructions a reference costs wait for this rank's stores to other
+     * cores' lines (the LL protocol's): 9% of a 2-rank 8-byte broadcast. */
     return execColl(comm, a, NULL);
   }
   struct ncclxOp op = {.kind = OP_COLL, .comm = comm, .stream = stream, .coll = *a};

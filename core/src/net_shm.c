@@ -21,7 +21,8 @@
 #define SHM_EXPORT
 #endif
 
-static const char* const shmKnownKeys[] = {"buffer_bytes", "slots", "single_copy", "cma_chunk_bytes"};
+static const char* const shmKnownKeys[] = {"buffer_bytes", "slots", "single_copy", "cma_chunk_bytes",
+                                           "nontemporal"};
 
 static void warnUnknownKeys(const ncclxPluginEnv_t* env) {
   if (!env->config->entry) return;
@@ -35,7 +36,7 @@ static void warnUnknownKeys(const ncclxPluginEnv_t* env) {
     if (!known)
       env->log(NCCLX_LOG_WARN, NCCLX_LOG_SHM | NCCLX_LOG_ENV, __FILE__, __LINE__,
                "NET/SHM: ignoring unknown key '%s' (%s); known keys: buffer_bytes, slots, "
-               "single_copy, cma_chunk_bytes",
+               "single_copy, cma_chunk_bytes, nontemporal",
                k, w ? w : "?");
   }
 }
@@ -91,6 +92,17 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
     else
       return badKey(env, "single_copy", v, "auto, cma or none");
   }
+  ctx->nontemporal = SHM_NT_AUTO;
+  if ((v = cfg->get(env->section, "nontemporal")) != NULL) {
+    if (strcasecmp(v, "auto") == 0)
+      ctx->nontemporal = SHM_NT_AUTO;
+    else if (strcasecmp(v, "always") == 0)
+      ctx->nontemporal = SHM_NT_ALWAYS;
+    else if (strcasecmp(v, "never") == 0)
+      ctx->nontemporal = SHM_NT_NEVER;
+    else
+      return badKey(env, "nontemporal", v, "auto, always or never");
+  }
   if ((v = cfg->get(env->section, "cma_chunk_bytes")) != NULL &&
       (ncclxParseSize(v, &ctx->cmaChunk) || ctx->cmaChunk < 4096 || ctx->cmaChunk > ((size_t)1 << 30)))
     return badKey(env, "cma_chunk_bytes", v, "a size from 4K to 1G, e.g. 1M");
@@ -133,13 +145,16 @@ static ncclxResult_t shmInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   size_t payload = (ctx->bufferBytes / ctx->nslots) & ~(size_t)(SHM_LINE - 1);
   SHM_INFO(ctx,
            "%u slots of %zu bytes per connection (%zu bytes of shared memory each), "
-           "single_copy = %s%s%s",
+           "single_copy = %s%s%s, nontemporal = %s",
            ctx->nslots, payload, shmConnBytes(ctx->nslots, payload),
            ctx->pref == SHM_PREF_CMA    ? "cma"
            : ctx->pref == SHM_PREF_NONE ? "none"
                                         : "auto",
            ctx->cmaLocalErr ? ": process_vm_readv unavailable: " : "",
-           ctx->cmaLocalErr ? strerror(ctx->cmaLocalErr) : "");
+           ctx->cmaLocalErr ? strerror(ctx->cmaLocalErr) : "",
+           ctx->nontemporal == SHM_NT_ALWAYS  ? "always"
+           : ctx->nontemporal == SHM_NT_NEVER ? "never"
+                                              : "auto");
   *ctxOut = ctx;
   return ncclxSuccess;
 }

@@ -84,14 +84,16 @@ static int slotFree(shmComm* c) {
  * core; at times (copy_nt.h) that makes it 10x slower, so two slow plain copies in a row
  * turn the next SHM_NT_COPIES large copies into non-temporal ones, which are as fast in
  * either case but leave the receiver to read from memory (up to 1.4x slower than a plain
- * copy at its best). Then a plain copy is tried again: the slow stretches end. */
+ * copy at its best). Then a plain copy is tried again: the slow stretches end.
+ * [net.shm] nontemporal = always | never fixes the choice. */
 #define SHM_NT_COPIES 256u
 #define SHM_SLOW_COPY_BYTES_PER_NS 3 /* plain copies under ~3 GB/s are slow (~25 at best) */
 static void copyToSlot(shmComm* c, void* dst, const void* src, size_t len) {
-  if (len < NCCLX_COPY_NT_MIN) {
+  int nt = c->ctx->nontemporal;
+  if (len < NCCLX_COPY_NT_MIN || nt == SHM_NT_NEVER) {
     memcpy(dst, src, len);
-  } else if (c->ntCopies > 0) {
-    c->ntCopies--;
+  } else if (c->ntCopies > 0 || nt == SHM_NT_ALWAYS) {
+    c->ntCopies -= c->ntCopies > 0;
     copyNonTemporal(dst, src, len);
   } else {
     uint64_t start = shmNowNs();

@@ -50,6 +50,7 @@
 #define SHM_REQ_MAGIC 0x514d4853u
 
 enum { SHM_PREF_AUTO = 0, SHM_PREF_CMA = 1, SHM_PREF_NONE = 2 };
+enum { SHM_NT_AUTO = 0, SHM_NT_ALWAYS = 1, SHM_NT_NEVER = 2 }; /* [net.shm] nontemporal */
 enum { SHM_MODE_UNKNOWN = 0, SHM_MODE_CMA = 1, SHM_MODE_COPY = 2 };
 enum { SHM_BOX_FREE = 0, SHM_BOX_CLAIMED = 1, SHM_BOX_POSTED = 2 };
 enum {
@@ -160,6 +161,7 @@ typedef struct {
   size_t bufferBytes; /* payload area per connection */
   uint32_t nslots;
   int pref;              /* SHM_PREF_* */
+  int nontemporal;       /* SHM_NT_* */
   size_t cmaChunk;       /* bytes per process_vm_readv call */
   int cmaLocalErr;       /* errno of the self-test at init, 0 when CMA works in this process */
   atomic_int loggedMode; /* last mode announced at INFO, to log each change once */

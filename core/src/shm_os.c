@@ -50,7 +50,8 @@ int shmSegCreate(const char* name, size_t bytes, void** ptr) {
   void* p = MAP_FAILED;
   if (!err) {
     /* Page tables filled now: a first copy into a slot would otherwise take a fault per
-     * page and look slow to copyToSlot. */
+     * page and look slow to copyToSlot. (Only the creator, the sender, copies into slots;
+     * an opened segment's size is not checked yet when it is mapped.) */
     p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) err = errno;
   }
@@ -72,7 +73,7 @@ int shmSegOpen(const char* name, size_t minBytes, void** ptr, size_t* bytes) {
   if (!err && (st.st_size < 0 || (size_t)st.st_size < minBytes)) err = EPROTO;
   void* p = MAP_FAILED;
   if (!err) {
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) err = errno;
   }
   close(fd);

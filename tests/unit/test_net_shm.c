@@ -108,6 +108,29 @@ static void setMode(const char* singleCopy) {
   section.values[0] = singleCopy;
 }
 
+/* A bad value of any key fails init with ncclxInvalidUsage; good ones pass. */
+static void testConfigValues(void) {
+  static const struct {
+    const char *key, *value;
+    int ok;
+  } cases[] = {
+      {"nontemporal", "always", 1}, {"nontemporal", "Never", 1}, {"nontemporal", "auto", 1},
+      {"nontemporal", "sometimes", 0}, {"nontemporal", "", 0},  {"single_copy", "both", 0},
+      {"slots", "6", 0},               {"slots", "8", 1},       {"buffer_bytes", "1K", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    section.n = 1;
+    section.keys[0] = cases[i].key;
+    section.values[0] = cases[i].value;
+    void* ctx = NULL;
+    ncclxResult_t res = N->init(&ctx, &env);
+    CHECK(cases[i].ok ? res == ncclxSuccess : res == ncclxInvalidUsage, "%s = '%s': init result %d",
+          cases[i].key, cases[i].value, (int)res);
+    if (ctx) N->finalize(ctx);
+  }
+  section.n = 0;
+}
+
 /* ---- Data patterns ---- */
 
 static void fill(void* buf, size_t n, uint64_t seed) {
@@ -715,6 +738,7 @@ int main(int argc, char** argv) {
     runPair("none", scenarioPerf, NULL);
     return failures ? 1 : 0;
   }
+  testConfigValues();
   testWrongNonce();
   testEarlyClose();
 

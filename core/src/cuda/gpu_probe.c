@@ -9,13 +9,17 @@
  * lookup costs ~20 us, so it is redone only when an object was loaded since the last one.
  * Every call asks that question, so it must be cheap and take no lock: the loader appends
  * each new object to the end of its list, so we keep a reference to the list's last object
- * at the lookup (the anchor: it stays loaded, so the pointer stays valid) and an object
- * loaded since is linked after it. Taking dl_iterate_phdr's load counter instead costs the
- * loader's lock, two atomic instructions that wait for the caller's pending stores to
- * other cores: 20% of a 2-rank 8-byte broadcast. That counter stays the fallback when the
- * anchor cannot be pinned. The one side effect: if the application dlcloses the object that
- * was last when we looked, it stays loaded until the next object is loaded. Once found, the
- * driver stays loaded (we keep the reference), so the function pointer is cached for good. */
+ * at the lookup (the anchor) and an object loaded since is linked after it. Taking
+ * dl_iterate_phdr's load counter instead costs the loader's lock, two atomic instructions
+ * that wait for the caller's pending stores to other cores: 20% of a 2-rank 8-byte
+ * broadcast. That counter stays the fallback when the anchor cannot be pinned.
+ * References to anchors are never dropped: a thread may still be reading an old anchor when
+ * a lookup replaces it, so it must stay mapped. The side effect: an object that was last in
+ * the list at a lookup stays loaded if the application dlcloses it (and a later dlopen
+ * gets the same copy, its constructors not run again). Lookups happen only after an object
+ * was loaded, and a pinned object cannot be loaded anew, so there are at most as many pins
+ * as distinct objects. Once found, the driver stays loaded (we keep the reference), so the
+ * function pointer is cached for good. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
@@ -52,7 +56,6 @@ typedef int (*pointerGetAttributeFn)(void* data, int attribute, unsigned long lo
 
 static _Atomic(pointerGetAttributeFn) driverFn;
 static _Atomic(struct link_map*) anchor; /* last loaded object at the last lookup, pinned */
-static void* anchorHandle;               /* our reference to it */
 static atomic_ullong checkedAtLoads = ULLONG_MAX; /* load counter of the last lookup */
 static pthread_mutex_t lookupLock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -61,6 +64,12 @@ typedef struct {
   struct link_map* last;
   char name[PATH_MAX];
 } loaderState;
+
+static int readLoads(struct dl_phdr_info* info, size_t size, void* out) {
+  (void)size;
+  *(unsigned long long*)out = info->dlpi_adds;
+  return 1; /* the counter is the same on every object: stop at the first */
+}
 
 /* Runs under the loader's lock, which guards its list of objects: safe to walk here. */
 static int readLoaderState(struct dl_phdr_info* info, size_t size, void* out) {
@@ -90,9 +99,9 @@ static void* pinLast(const loaderState* st) {
 static int nothingLoadedSince(void) {
   struct link_map* a = atomic_load_explicit(&anchor, memory_order_acquire);
   if (a) return __atomic_load_n(&a->l_next, __ATOMIC_ACQUIRE) == NULL;
-  loaderState st = {0};
-  dl_iterate_phdr(readLoaderState, &st);
-  return atomic_load_explicit(&checkedAtLoads, memory_order_relaxed) == st.loads;
+  unsigned long long loads = 0;
+  dl_iterate_phdr(readLoads, &loads);
+  return atomic_load_explicit(&checkedAtLoads, memory_order_relaxed) == loads;
 }
 
 static pointerGetAttributeFn driver(void) {
@@ -114,9 +123,10 @@ static pointerGetAttributeFn driver(void) {
     }
     if (fn) atomic_store_explicit(&driverFn, fn, memory_order_release);
     atomic_store(&checkedAtLoads, st.loads);
-    atomic_store_explicit(&anchor, pin ? st.last : NULL, memory_order_release);
-    if (anchorHandle) dlclose(anchorHandle);
-    anchorHandle = pin;
+    /* A pin already held for this object is released (the object stays pinned once). */
+    if (pin && st.last == atomic_load_explicit(&anchor, memory_order_relaxed)) dlclose(pin);
+    else if (pin) atomic_store_explicit(&anchor, st.last, memory_order_release);
+    else atomic_store_explicit(&anchor, NULL, memory_order_release);
   }
   pthread_mutex_unlock(&lookupLock);
   return fn;
