@@ -15,8 +15,9 @@ static int logLevel = NCCLX_LOG_WARN;
 static unsigned long logSubsys = NCCLX_LOG_ALL;
 static char logHost[64] = "?";
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
-/* initial-exec: a plain %fs-relative load, not a __tls_get_addr call on every API entry. */
-static _Thread_local int logRank __attribute__((tls_model("initial-exec"))) = -1;
+/* Default TLS model, TLS descriptors (core/CMakeLists.txt): initial-exec made the library
+ * impossible to dlopen in a CUDA build (see there). */
+static _Thread_local int logRank = -1;
 atomic_int ncclxLogLevelNow = -1;
 static _Thread_local char threadError[1024];
 

@@ -290,11 +290,10 @@ static ncclxResult_t enqueueList(ncclxStream_t stream, struct ncclxOp* ops) {
 
 /* ---------------- groups ---------------- */
 
-/* initial-exec: every call reads groupDepth; the default model made that a __tls_get_addr
- * call (as for logRank in debug.c). */
-static _Thread_local int groupDepth __attribute__((tls_model("initial-exec")));
-static _Thread_local struct ncclxOp* groupHead __attribute__((tls_model("initial-exec")));
-static _Thread_local struct ncclxOp* groupTail __attribute__((tls_model("initial-exec")));
+/* Every call reads groupDepth: TLS descriptors keep that cheap (core/CMakeLists.txt). */
+static _Thread_local int groupDepth;
+static _Thread_local struct ncclxOp* groupHead;
+static _Thread_local struct ncclxOp* groupTail;
 
 /* alltoallv_dynamic.c refuses grouped dynamic calls. */
 int enqueueGroupDepth(void) { return groupDepth; }
