@@ -7,6 +7,12 @@
  *                            ncclxGetLastError(comm) names "rank 2".
  *   fault_kill abort         rank 1 blocks in an allreduce nobody else joins; a second thread
  *                            calls ncclxCommAbort; the allreduce fails within 2.5 s of it.
+ *   fault_kill abort-waiter  rank 1 blocks in an allreduce on a stream (its worker holds the
+ *                            communicator's execLock), then calls one on its own thread, which
+ *                            waits for that lock; a third thread calls ncclxCommAbort: both
+ *                            calls fail, the direct one within 2.5 s, and the communicator is
+ *                            freed only after the waiting call let go of it (run under the
+ *                            sanitizers, a use-after-free here is an error).
  *   fault_kill timeout       timeout_s = 3, rank 3 stops calling collectives after a first
  *                            allreduce: the others fail in 1.5-12 s with "timeout"/"timed
  *                            out"/"no progress" in the message.
@@ -227,6 +233,54 @@ static int abortRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return bad ? 1 : 0;
 }
 
+static int abortWaiterRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  if (rank != 1) {
+    if (mpWaitRelease(&g_job, 60.0) != 0) return failf(rank, "never released %s", "");
+    ncclxCommAbort(comm);
+    return 0;
+  }
+  float* s = calloc(g_count, sizeof(float));
+  float* r = calloc(g_count, sizeof(float));
+  float* r2 = calloc(g_count, sizeof(float));
+  ncclxStream_t stream = NULL;
+  MP_CALL(rank, NULL, ncclxStreamCreate(&stream));
+  MP_CALL(rank, comm, ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, stream));
+  usleep(300000); /* the stream's worker is inside the allreduce, holding execLock */
+  AbortCall a = {comm, 0, 0, ncclxSuccess};
+  pthread_t th;
+  pthread_create(&th, NULL, abortLater, &a);
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxAllReduce(s, r2, g_count, ncclxFloat32, ncclxSum, comm, NULL);
+  double t1 = mpNow();
+  pthread_join(th, NULL);
+  ncclxResult_t sres = ncclxStreamSynchronize(stream);
+  ncclxStreamDestroy(stream);
+  printf("rank 1: direct allreduce returned %s after %.2f s (abort called at %.2f s), stream %s: \"%s\"\n",
+         ncclxGetErrorString(res), t1 - t0, a.start - t0, ncclxGetErrorString(sres), ncclxGetLastError(NULL));
+  int bad = 0;
+  if (res == ncclxSuccess) bad += failf(rank, "direct allreduce %s succeeded on an aborted communicator", "");
+  if (t1 < a.start) bad += failf(rank, "direct allreduce returned %s before ncclxCommAbort was called", "");
+  if (t1 - a.start > 2.5) bad += failf(rank, "direct allreduce returned more than %s after ncclxCommAbort", "2.5 s");
+  if (sres == ncclxSuccess) bad += failf(rank, "the stream's allreduce %s succeeded although no other rank joined", "");
+  if (a.res != ncclxSuccess) bad += failf(rank, "ncclxCommAbort returned %s", ncclxGetErrorString(a.res));
+  free(s), free(r), free(r2);
+  return bad ? 1 : 0;
+}
+
+static int runAbortWaiter(void) {
+  double t0 = mpNow();
+  ncclxUniqueId id;
+  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, abortWaiterRank, id, NULL);
+  int one[1] = {1}, all[NRANKS] = {0, 1, 2, 3};
+  mpJobWait(&g_job, one, 1, t0 + 40.0);
+  mpJobRelease(&g_job);
+  mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
+  return finishScenario("abort-waiter", t0);
+}
+
 static int runAbort(void) {
   double t0 = mpNow();
   ncclxUniqueId id;
@@ -386,9 +440,10 @@ static int runMismatch(int (*rankFn)(int, int, ncclxUniqueId, void*), const char
 int main(int argc, char** argv) {
   const char* sc = argc > 1 ? argv[1] : "";
   int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
-  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "mismatch") &&
-      strcmp(sc, "bcast-count") && strcmp(sc, "gather-count")) {
-    fprintf(stderr, "usage: %s kill|abort|timeout|timeout-cold|mismatch|bcast-count|gather-count\n",
+  if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "abort-waiter") &&
+      strcmp(sc, "mismatch") && strcmp(sc, "bcast-count") && strcmp(sc, "gather-count")) {
+    fprintf(stderr,
+            "usage: %s kill|abort|abort-waiter|timeout|timeout-cold|mismatch|bcast-count|gather-count\n",
             argv[0]);
     return 2;
   }
@@ -407,6 +462,7 @@ int main(int argc, char** argv) {
   int rc;
   if (!strcmp(sc, "kill")) rc = runKill();
   else if (!strcmp(sc, "abort")) rc = runAbort();
+  else if (!strcmp(sc, "abort-waiter")) rc = runAbortWaiter();
   else if (!strcmp(sc, "mismatch")) rc = runMismatch(mismatchRank, "mismatch");
   else if (!strcmp(sc, "bcast-count")) rc = runMismatch(bcastCountRank, "bcast-count");
   else if (!strcmp(sc, "gather-count")) rc = runMismatch(gatherCountRank, "gather-count");
