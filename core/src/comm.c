@@ -611,9 +611,10 @@ API ncclxResult_t ncclxCommFinalize(ncclxComm_t comm) {
   NCCLX_CHECK(commCheckHandle(comm));
   /* Operations run to completion inside their call or stream task; taking the lock waits
    * for the one in flight. */
-  pthread_mutex_lock(&comm->execLock);
-  pthread_mutex_unlock(&comm->execLock);
-  return commCheckHealthy(comm);
+  int ref = commExecLock(comm);
+  ncclxResult_t res = commCheckHealthy(comm);
+  commExecUnlock(comm, ref);
+  return res;
 }
 
 static ncclxResult_t commDestroyImpl(ncclxComm_t comm) {

@@ -145,8 +145,10 @@ void commRetain(struct ncclxComm* comm);
 void commRelease(struct ncclxComm* comm);
 /* Take and drop comm->execLock around an operation run on the calling thread without a
  * reference of its own. Uncontended that is one atomic instruction; when another thread holds
- * the lock (a stream task, or Abort/Destroy about to free the comm), the caller takes a
- * reference first so the comm outlives the wait. commExecLock returns whether it did. */
+ * the lock (a stream task blocked in a collective, say), the caller takes a reference before
+ * waiting, so an Abort or Destroy that gets the lock first cannot free the comm under it.
+ * commExecLock returns whether it did. (As before, a Destroy that completes between a call's
+ * entry checks and this is a race in the application.) */
 int commExecLock(struct ncclxComm* comm);
 void commExecUnlock(struct ncclxComm* comm, int ref);
 #endif

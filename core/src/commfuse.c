@@ -101,7 +101,7 @@ static void* profStartFused(fuseOp* f, ncclxStream_t stream) {
 static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
   struct ncclxComm* comm = f->comm;
   ncclxLogSetRank(comm->rank);
-  pthread_mutex_lock(&comm->execLock);
+  int ref = commExecLock(comm); /* a direct call holds no reference of its own */
   ncclxResult_t res = atomic_load(&comm->destroyed)
                           ? ncclxSetError(ncclxInvalidUsage, "%s: communicator was destroyed before the queued call ran",
                                           f->name)
@@ -141,7 +141,7 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     comm->curProfEvent = NULL;
     comm->curOpName = NULL;
   }
-  pthread_mutex_unlock(&comm->execLock);
+  commExecUnlock(comm, ref);
   return res;
 }
 

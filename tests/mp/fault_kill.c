@@ -10,9 +10,10 @@
  *   fault_kill abort-waiter  rank 1 blocks in an allreduce on a stream (its worker holds the
  *                            communicator's execLock), then calls one on its own thread, which
  *                            waits for that lock; a third thread calls ncclxCommAbort: both
- *                            calls fail, the direct one within 2.5 s, and the communicator is
- *                            freed only after the waiting call let go of it (run under the
- *                            sanitizers, a use-after-free here is an error).
+ *                            calls fail, the direct one within 2.5 s. This runs the path where
+ *                            a direct call waits for the lock (commExecLock) next to an abort;
+ *                            it does not reliably catch a missing reference, since the waiting
+ *                            call usually gets the lock before Abort frees anything.
  *   fault_kill timeout       timeout_s = 3, rank 3 stops calling collectives after a first
  *                            allreduce: the others fail in 1.5-12 s with "timeout"/"timed
  *                            out"/"no progress" in the message.
