@@ -58,6 +58,13 @@ static ncclxResult_t badKey(const ncclxPluginEnv_t* env, const char* key, const 
   return ncclxInvalidUsage;
 }
 
+/* Index of v among names (any case), or -1. */
+static int choiceIndex(const char* v, const char* const* names, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcasecmp(v, names[i]) == 0) return i;
+  return -1;
+}
+
 static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
   const ncclxConfigApi_t* cfg = env->config;
   const char* v;
@@ -82,27 +89,15 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
              ctx->bufferBytes, ctx->nslots, ctx->bufferBytes / ctx->nslots, SHM_MIN_SLOT_PAYLOAD);
     return ncclxInvalidUsage;
   }
-  if ((v = cfg->get(env->section, "single_copy")) != NULL) {
-    if (strcasecmp(v, "auto") == 0)
-      ctx->pref = SHM_PREF_AUTO;
-    else if (strcasecmp(v, "cma") == 0)
-      ctx->pref = SHM_PREF_CMA;
-    else if (strcasecmp(v, "none") == 0)
-      ctx->pref = SHM_PREF_NONE;
-    else
-      return badKey(env, "single_copy", v, "auto, cma or none");
-  }
+  static const char* const copyModes[] = {"auto", "cma", "none"}; /* SHM_PREF_* order */
+  if ((v = cfg->get(env->section, "single_copy")) != NULL &&
+      (ctx->pref = choiceIndex(v, copyModes, 3)) < 0)
+    return badKey(env, "single_copy", v, "auto, cma or none");
   ctx->nontemporal = SHM_NT_AUTO;
-  if ((v = cfg->get(env->section, "nontemporal")) != NULL) {
-    if (strcasecmp(v, "auto") == 0)
-      ctx->nontemporal = SHM_NT_AUTO;
-    else if (strcasecmp(v, "always") == 0)
-      ctx->nontemporal = SHM_NT_ALWAYS;
-    else if (strcasecmp(v, "never") == 0)
-      ctx->nontemporal = SHM_NT_NEVER;
-    else
-      return badKey(env, "nontemporal", v, "auto, always or never");
-  }
+  static const char* const ntModes[] = {"auto", "always", "never"}; /* SHM_NT_* order */
+  if ((v = cfg->get(env->section, "nontemporal")) != NULL &&
+      (ctx->nontemporal = choiceIndex(v, ntModes, 3)) < 0)
+    return badKey(env, "nontemporal", v, "auto, always or never");
   if ((v = cfg->get(env->section, "cma_chunk_bytes")) != NULL &&
       (ncclxParseSize(v, &ctx->cmaChunk) || ctx->cmaChunk < 4096 || ctx->cmaChunk > ((size_t)1 << 30)))
     return badKey(env, "cma_chunk_bytes", v, "a size from 4K to 1G, e.g. 1M");

@@ -201,8 +201,11 @@ static void* abortLater(void* p) {
   return NULL;
 }
 
+/* arg: non-NULL for abort-waiter (the first allreduce runs on a stream, the one timed here
+ * waits for the execLock that stream's worker holds). */
 static int abortRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
-  (void)nranks, (void)arg;
+  (void)nranks;
+  int waiter = arg != NULL;
   ncclxComm_t comm = initRank(rank, id);
   if (rank != 1) {
     /* Stay in the communicator without calling anything until rank 1 is done. */
@@ -212,6 +215,13 @@ static int abortRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   }
   float* s = calloc(g_count, sizeof(float));
   float* r = calloc(g_count, sizeof(float));
+  float* r2 = calloc(g_count, sizeof(float));
+  ncclxStream_t stream = NULL;
+  if (waiter) {
+    MP_CALL(rank, NULL, ncclxStreamCreate(&stream));
+    MP_CALL(rank, comm, ncclxAllReduce(s, r2, g_count, ncclxFloat32, ncclxSum, comm, stream));
+    usleep(300000); /* the stream's worker is inside the allreduce, holding execLock */
+  }
   AbortCall a = {comm, 0, 0, ncclxSuccess};
   pthread_t th;
   pthread_create(&th, NULL, abortLater, &a);
@@ -219,79 +229,35 @@ static int abortRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   ncclxResult_t res = ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, NULL);
   double t1 = mpNow();
   pthread_join(th, NULL);
+  ncclxResult_t sres = waiter ? ncclxStreamSynchronize(stream) : ncclxInternalError;
+  if (waiter) ncclxStreamDestroy(stream);
   /* comm is gone after the abort: only the thread's message is safe to read. */
-  printf("rank 1: allreduce returned %s after %.2f s (abort called at %.2f s, returned %s after %.2f s): \"%s\"\n",
+  printf("rank 1: allreduce returned %s after %.2f s (abort called at %.2f s, returned %s after %.2f s)%s%s: \"%s\"\n",
          ncclxGetErrorString(res), t1 - t0, a.start - t0, ncclxGetErrorString(a.res), a.end - a.start,
-         ncclxGetLastError(NULL));
+         waiter ? ", stream " : "", waiter ? ncclxGetErrorString(sres) : "", ncclxGetLastError(NULL));
   int bad = 0;
   if (res == ncclxSuccess) bad += failf(rank, "allreduce %s succeeded although no other rank joined", "");
   if (t1 < a.start) bad += failf(rank, "allreduce returned %s before ncclxCommAbort was called", "");
   if (t1 - a.start > 2.5) bad += failf(rank, "allreduce returned more than %s after ncclxCommAbort", "2.5 s");
   if (a.res != ncclxSuccess) bad += failf(rank, "ncclxCommAbort returned %s", ncclxGetErrorString(a.res));
   if (a.end - a.start > 2.5) bad += failf(rank, "ncclxCommAbort took more than %s", "2.5 s");
-  free(s);
-  free(r);
-  return bad ? 1 : 0;
-}
-
-static int abortWaiterRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
-  (void)nranks, (void)arg;
-  ncclxComm_t comm = initRank(rank, id);
-  if (rank != 1) {
-    if (mpWaitRelease(&g_job, 60.0) != 0) return failf(rank, "never released %s", "");
-    ncclxCommAbort(comm);
-    return 0;
-  }
-  float* s = calloc(g_count, sizeof(float));
-  float* r = calloc(g_count, sizeof(float));
-  float* r2 = calloc(g_count, sizeof(float));
-  ncclxStream_t stream = NULL;
-  MP_CALL(rank, NULL, ncclxStreamCreate(&stream));
-  MP_CALL(rank, comm, ncclxAllReduce(s, r, g_count, ncclxFloat32, ncclxSum, comm, stream));
-  usleep(300000); /* the stream's worker is inside the allreduce, holding execLock */
-  AbortCall a = {comm, 0, 0, ncclxSuccess};
-  pthread_t th;
-  pthread_create(&th, NULL, abortLater, &a);
-  double t0 = mpNow();
-  ncclxResult_t res = ncclxAllReduce(s, r2, g_count, ncclxFloat32, ncclxSum, comm, NULL);
-  double t1 = mpNow();
-  pthread_join(th, NULL);
-  ncclxResult_t sres = ncclxStreamSynchronize(stream);
-  ncclxStreamDestroy(stream);
-  printf("rank 1: direct allreduce returned %s after %.2f s (abort called at %.2f s), stream %s: \"%s\"\n",
-         ncclxGetErrorString(res), t1 - t0, a.start - t0, ncclxGetErrorString(sres), ncclxGetLastError(NULL));
-  int bad = 0;
-  if (res == ncclxSuccess) bad += failf(rank, "direct allreduce %s succeeded on an aborted communicator", "");
-  if (t1 < a.start) bad += failf(rank, "direct allreduce returned %s before ncclxCommAbort was called", "");
-  if (t1 - a.start > 2.5) bad += failf(rank, "direct allreduce returned more than %s after ncclxCommAbort", "2.5 s");
-  if (sres == ncclxSuccess) bad += failf(rank, "the stream's allreduce %s succeeded although no other rank joined", "");
-  if (a.res != ncclxSuccess) bad += failf(rank, "ncclxCommAbort returned %s", ncclxGetErrorString(a.res));
+  if (waiter && sres == ncclxSuccess)
+    bad += failf(rank, "the stream's allreduce %s succeeded although no other rank joined", "");
   free(s), free(r), free(r2);
   return bad ? 1 : 0;
 }
 
-static int runAbortWaiter(void) {
+static int runAbort(int waiter) {
   double t0 = mpNow();
   ncclxUniqueId id;
   MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
-  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, abortWaiterRank, id, NULL);
+  static int waiterFlag = 1;
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, abortRank, id, waiter ? &waiterFlag : NULL);
   int one[1] = {1}, all[NRANKS] = {0, 1, 2, 3};
   mpJobWait(&g_job, one, 1, t0 + 40.0);
   mpJobRelease(&g_job);
   mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
-  return finishScenario("abort-waiter", t0);
-}
-
-static int runAbort(void) {
-  double t0 = mpNow();
-  ncclxUniqueId id;
-  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
-  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, abortRank, id, NULL);
-  int one[1] = {1}, all[NRANKS] = {0, 1, 2, 3};
-  mpJobWait(&g_job, one, 1, t0 + 40.0);
-  mpJobRelease(&g_job);
-  mpJobWait(&g_job, all, NRANKS, mpNow() + 20.0);
-  return finishScenario("abort", t0);
+  return finishScenario(waiter ? "abort-waiter" : "abort", t0);
 }
 
 /* ---------------------------------------------------------------- timeout */
@@ -462,8 +428,8 @@ int main(int argc, char** argv) {
          g_timeout, g_count);
   int rc;
   if (!strcmp(sc, "kill")) rc = runKill();
-  else if (!strcmp(sc, "abort")) rc = runAbort();
-  else if (!strcmp(sc, "abort-waiter")) rc = runAbortWaiter();
+  else if (!strcmp(sc, "abort")) rc = runAbort(0);
+  else if (!strcmp(sc, "abort-waiter")) rc = runAbort(1);
   else if (!strcmp(sc, "mismatch")) rc = runMismatch(mismatchRank, "mismatch");
   else if (!strcmp(sc, "bcast-count")) rc = runMismatch(bcastCountRank, "bcast-count");
   else if (!strcmp(sc, "gather-count")) rc = runMismatch(gatherCountRank, "gather-count");
