@@ -62,6 +62,24 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_hwloc_base_binding_policy=none
 
 echo "run_mp.sh: np=$np NCCLX_COMM_ID=$NCCLX_COMM_ID $*"
-# shellcheck disable=SC2086  # $forward is a list of words on purpose
-exec timeout --kill-after=10 "${MP_TIMEOUT:-240}" \
-  mpirun --allow-run-as-root --oversubscribe --bind-to none $forward -np "$np" "$@"
+run() {
+  # shellcheck disable=SC2086  # $forward is a list of words on purpose
+  timeout --kill-after=10 "${MP_TIMEOUT:-240}" \
+    mpirun --allow-run-as-root --oversubscribe --bind-to none $forward -np "$np" "$@"
+}
+if [ -z "${MP_EXPECT:-}" ]; then
+  run "$@"
+  exit $?
+fi
+# MP_EXPECT: an extended regular expression the job's output must contain (a mode line, say)
+# besides every rank succeeding.
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+{ run "$@"; echo $? >"$tmp/rc"; } 2>&1 | tee "$tmp/out"
+rc=$(cat "$tmp/rc" 2>/dev/null || echo 1)
+[ "$rc" -ne 0 ] && exit "$rc"
+if ! grep -Eq "$MP_EXPECT" "$tmp/out"; then
+  echo "run_mp.sh: the output does not contain /$MP_EXPECT/"
+  exit 1
+fi
+exit 0
