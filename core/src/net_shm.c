@@ -58,6 +58,10 @@ static ncclxResult_t badKey(const ncclxPluginEnv_t* env, const char* key, const 
   return ncclxInvalidUsage;
 }
 
+/* Values of single_copy (SHM_PREF_* order) and nontemporal (SHM_NT_* order). */
+static const char* const copyModes[] = {"auto", "cma", "none"};
+static const char* const ntModes[] = {"auto", "always", "never"};
+
 /* Index of v among names (any case), or -1. */
 static int choiceIndex(const char* v, const char* const* names, int n) {
   for (int i = 0; i < n; i++)
@@ -89,12 +93,10 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
              ctx->bufferBytes, ctx->nslots, ctx->bufferBytes / ctx->nslots, SHM_MIN_SLOT_PAYLOAD);
     return ncclxInvalidUsage;
   }
-  static const char* const copyModes[] = {"auto", "cma", "none"}; /* SHM_PREF_* order */
   if ((v = cfg->get(env->section, "single_copy")) != NULL &&
       (ctx->pref = choiceIndex(v, copyModes, 3)) < 0)
     return badKey(env, "single_copy", v, "auto, cma or none");
   ctx->nontemporal = SHM_NT_AUTO;
-  static const char* const ntModes[] = {"auto", "always", "never"}; /* SHM_NT_* order */
   if ((v = cfg->get(env->section, "nontemporal")) != NULL &&
       (ctx->nontemporal = choiceIndex(v, ntModes, 3)) < 0)
     return badKey(env, "nontemporal", v, "auto, always or never");
@@ -141,15 +143,9 @@ static ncclxResult_t shmInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   SHM_INFO(ctx,
            "%u slots of %zu bytes per connection (%zu bytes of shared memory each), "
            "single_copy = %s%s%s, nontemporal = %s",
-           ctx->nslots, payload, shmConnBytes(ctx->nslots, payload),
-           ctx->pref == SHM_PREF_CMA    ? "cma"
-           : ctx->pref == SHM_PREF_NONE ? "none"
-                                        : "auto",
+           ctx->nslots, payload, shmConnBytes(ctx->nslots, payload), copyModes[ctx->pref],
            ctx->cmaLocalErr ? ": process_vm_readv unavailable: " : "",
-           ctx->cmaLocalErr ? strerror(ctx->cmaLocalErr) : "",
-           ctx->nontemporal == SHM_NT_ALWAYS  ? "always"
-           : ctx->nontemporal == SHM_NT_NEVER ? "never"
-                                              : "auto");
+           ctx->cmaLocalErr ? strerror(ctx->cmaLocalErr) : "", ntModes[ctx->nontemporal]);
   *ctxOut = ctx;
   return ncclxSuccess;
 }
