@@ -613,6 +613,22 @@ static void movementMatrix(void) {
   section("alltoallv/send-recv", &t0);
 }
 
+/* Small broadcasts back to back, as a training loop's scalars go: every size from 0 to 80
+ * bytes (the LL protocol's ring cells hold 16 bytes, a call takes up to 4, larger ones use the
+ * banks), roots in turn, in place and not, an all-reduce now and then; 1200 calls go round the
+ * ring (512 cells) more than twice; then one root far ahead of the others. */
+static void smallBroadcastRun(void) {
+  uint64_t seed = mpHash(0x5b, 0xca57, 0, 0x5eed);
+  for (int i = 0; i < 1200; i++) {
+    runBroadcast(ncclxInt8, (size_t)(i % 81), (i / 81) & 1, i % g.nranks, 0, 0);
+    if (i % 97 == 96) runAllReduce(seed, ncclxInt32, ncclxSum, 3, 0, 0, 0);
+  }
+  /* One root running ahead while the others start 20 ms late: it must stop before it
+   * overwrites what they have not read (with no such wait it would finish all 600 first). */
+  if (g.rank != 0) usleep(20000);
+  for (int i = 0; i < 600; i++) runBroadcast(ncclxInt8, (size_t)(i % 65), 0, 0, 0, 0);
+}
+
 /* Byte offset 1: misaligned for fp16, harmless for 8-bit types; the library must not rely
  * on natural alignment. */
 static void misalignedCases(void) {
@@ -877,6 +893,8 @@ int main(int argc, char** argv) {
   ts = mpNow();
   misalignedCases();
   section("byte-misaligned buffers", &ts);
+  smallBroadcastRun();
+  section("small broadcasts in a row", &ts);
   runBarrier();
   splitParity();
   splitNoColor();

@@ -30,7 +30,11 @@
  *                            data (the root and ranks that read every round before rank 1's
  *                            abort notice) or fail within 10 s. Through the ring the root
  *                            cannot see a receiver's larger count: that receiver ends with the
- *                            timeout, as in the timeout scenarios.
+ *                            timeout, as in the timeout scenarios. MP_FAULT_BCAST_RANK1 sets rank
+ *                            1's count instead: with MP_FAULT_COUNT=4 (16 bytes: one cell of the
+ *                            board's ring) and 16, 20 or the other way round, rank 1 and the root
+ *                            use different cells or one the ring and the other a bank, and rank 1
+ *                            must still fail saying the calls differ.
  *   fault_kill gather-count  (run with NCCLX_PROTO=ll: an all-gather through the board's bulk
  *                            regions) after a good all-gather, rank 1 gathers
  *                            MP_FAULT_GATHER_EXTRA (default 1024) floats per rank more than the
@@ -57,6 +61,7 @@
  * LL protocol's shared board, where a dead rank is seen through its pidfd). */
 static size_t g_count = 1u << 18;
 static size_t g_gatherExtra = 1024; /* gather-count: rank 1's extra floats per rank */
+static size_t g_bcastRank1;         /* bcast-count: rank 1's count (default g_count + 4096) */
 
 static mpJob g_job;
 static double g_timeout; /* seconds, the [core] timeout_s this scenario runs with */
@@ -338,19 +343,22 @@ static int mismatchRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
 static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   (void)nranks, (void)arg;
   ncclxComm_t comm = initRank(rank, id);
-  size_t extra = 4096, n = g_count + extra;
+  size_t n = g_bcastRank1 > g_count ? g_bcastRank1 : g_count;
+  size_t mine = rank == 1 ? g_bcastRank1 : g_count;
   float* b = malloc(n * sizeof(float));
   for (size_t i = 0; i < n; i++) b[i] = rank == 0 ? (float)(i % 251) : -1.0f;
   MP_CALL(rank, comm, ncclxBroadcast(b, b, g_count, ncclxFloat32, 0, comm, NULL));
   for (size_t i = 0; i < g_count; i++)
     if (b[i] != (float)(i % 251)) return failf(rank, "the good broadcast %s", "gave wrong data");
+  /* Every rank is done with the good broadcast before anyone can fail and abort. */
+  MP_CALL(rank, comm, ncclxBarrier(comm, NULL));
   for (size_t i = 0; i < n; i++) b[i] = rank == 0 ? (float)(i % 241) : -1.0f;
   double t0 = mpNow();
-  ncclxResult_t res = ncclxBroadcast(b, b, rank == 1 ? n : g_count, ncclxFloat32, 0, comm, NULL);
+  ncclxResult_t res = ncclxBroadcast(b, b, mine, ncclxFloat32, 0, comm, NULL);
   double dt = mpNow() - t0;
   const char* msg = ncclxGetLastError(comm);
-  printf("rank %d: broadcast of %zu returned %s after %.2f s: \"%s\"\n", rank,
-         rank == 1 ? n : g_count, ncclxGetErrorString(res), dt, msg);
+  printf("rank %d: broadcast of %zu returned %s after %.2f s: \"%s\"\n", rank, mine,
+         ncclxGetErrorString(res), dt, msg);
   int bad = 0;
   if (dt > 10.0) bad += failf(rank, "returning took more than %s", "10 s");
   if (rank == 1) {
@@ -360,6 +368,9 @@ static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
     for (size_t i = 0; i < g_count && !bad; i++)
       if (b[i] != (float)(i % 241)) bad += failf(rank, "a broadcast that succeeded %s", "gave wrong data");
   }
+  /* A small broadcast's root is done at once: its abort notice must not reach rank 1 before
+   * rank 1 has seen the mismatch (the parent releases us when rank 1 has exited). */
+  if (rank != 1) mpWaitRelease(&g_job, 30.0);
   ncclxCommAbort(comm);
   free(b);
   return bad ? 1 : 0;
@@ -399,7 +410,9 @@ static int runMismatch(int (*rankFn)(int, int, ncclxUniqueId, void*), const char
   ncclxUniqueId id;
   MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
   for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, rankFn, id, NULL);
-  int all[NRANKS] = {0, 1, 2, 3};
+  int all[NRANKS] = {0, 1, 2, 3}, rank1[1] = {1};
+  mpJobWait(&g_job, rank1, 1, t0 + 60.0); /* bcast-count's other ranks wait for rank 1 */
+  mpJobRelease(&g_job);
   mpJobWait(&g_job, all, NRANKS, t0 + 60.0);
   return finishScenario(name, t0);
 }
@@ -420,6 +433,9 @@ int main(int argc, char** argv) {
   if (getenv("MP_FAULT_COUNT")) g_count = (size_t)strtoul(getenv("MP_FAULT_COUNT"), NULL, 10);
   if (getenv("MP_FAULT_GATHER_EXTRA"))
     g_gatherExtra = (size_t)strtoul(getenv("MP_FAULT_GATHER_EXTRA"), NULL, 10);
+  g_bcastRank1 = getenv("MP_FAULT_BCAST_RANK1")
+                     ? (size_t)strtoul(getenv("MP_FAULT_BCAST_RANK1"), NULL, 10)
+                     : g_count + 4096;
   g_timeout = isTimeout ? 3.0 : 20.0;
   setenv("NCCLX_CORE_TIMEOUT_S", isTimeout ? "3" : "20", 1);
   /* SIGPIPE keeps its default action: a write to a dead peer must not kill a survivor. */
