@@ -17,7 +17,9 @@
  * every rank has finished that call (ctl[r].done). After a call that read every rank's lines of
  * call k, every rank has finished call k-1 (it wrote call k after it), so in the usual
  * back-to-back allreduces the check costs nothing; broadcast and reduce, where a rank can run
- * ahead, read the done counters.
+ * ahead, read the done counters. A ring cell is written by a call only once every rank has
+ * finished the call LL_RING_REUSE before it (see llCell), and a reader that finds a later
+ * call in its cells knows the ranks' sequences of calls went apart.
  *
  * The board is created by rank 0 on the first LL call (all ranks are on its host) under a
  * name every rank derives from rank 0's pid and the comm hash, and unlinked once all ranks
@@ -492,7 +494,8 @@ static ncclxResult_t llWaitStep(llWaiter* w, _Atomic uint64_t* word, uint64_t wa
   if ((w->polls & 63u) != 0) return ncclxSuccess;
   char desc[128];
   /* Before the abort notice: a root that wrote the other path and then aborted is named as
-   * a mismatch, not as an abort (its stores were visible before its notice). */
+   * a mismatch, not as an abort (its stores are visible long before its notice, a socket
+   * message, can arrive, unless this rank is descheduled between the two checks). */
   if (w->call) NCCLX_CHECK(llCrossCheck(w->call));
   NCCLX_CHECK(commPollAbort(comm));
   if (w->yields >= LL_YIELDS && llRankExited(w->b, comm, whoRank))
@@ -664,6 +667,18 @@ static ncclxResult_t llReduceAll(llCall* c, size_t off, size_t count, void* dst)
   return ncclxSuccess;
 }
 
+/* A ring cell of ours holds another call: the root has made more or fewer LL calls than this
+ * rank before this one (a bank's line cannot, as its position follows the sequence number). */
+static ncclxResult_t llOtherCall(const llCall* c, int root, uint64_t theirs) {
+  char who[128];
+  return commFail(c->comm, ncclxInvalidUsage,
+                  "%s #%llu: %s wrote its LL call %llu where rank %d reads its call %llu: the "
+                  "ranks' sequences of collectives differ (a call skipped or added on some rank)",
+                  ncclxCollName(c->call->coll), (unsigned long long)c->comm->curOpSeq,
+                  commDescribeRank(c->comm, root, who, sizeof(who)), (unsigned long long)theirs,
+                  c->comm->rank, (unsigned long long)c->seq);
+}
+
 /* A broadcast round of at most LL_RING_MAX_BYTES through the ring (see llCell): the root
  * writes its cells in order, each sequence number with release, so a reader waits on the
  * last one only. */
@@ -697,6 +712,8 @@ static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
     while (atomic_load_explicit(last, memory_order_acquire) < c->seq)
       NCCLX_CHECK(llWaitStep(&c->w, last, c->seq, "the contribution", a->root));
     for (size_t i = 0; i < cells; i++) {
+      uint64_t seq = atomic_load_explicit(&cell[i].seq, memory_order_relaxed);
+      if (seq != c->seq) return llOtherCall(c, a->root, seq);
       if (cell[i].sig != c->sig) return llMismatch(c->comm, c->call, a->root, cell[i].sig);
       size_t off = i * LL_CELL_DATA, len = bytes - off < LL_CELL_DATA ? bytes - off : LL_CELL_DATA;
       if (len == LL_CELL_DATA) memcpy((char*)a->recvbuff + off, cell[i].data, LL_CELL_DATA);
@@ -711,26 +728,29 @@ static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
 /* Another signature at this call's sequence number in a ring cell or the first line of a
  * bank region means some rank took the other path (ring or bank) for a call that differs
  * between ranks, so its flag is where this rank does not wait. Checked while a wait is long:
- * such a call then fails as a mismatch instead of timing out. */
-static int llForeign(const struct llCall* c, _Atomic uint64_t* seq, uint64_t sig) {
-  return atomic_load_explicit(seq, memory_order_acquire) == c->seq && sig != c->sig;
+ * such a call then fails as a mismatch instead of timing out. The signature is read after the
+ * sequence number (acquire): read before, it could be the previous call's. */
+static int llForeign(const llCall* c, _Atomic uint64_t* seq, const uint64_t* sig, uint64_t* theirs) {
+  if (atomic_load_explicit(seq, memory_order_acquire) != c->seq) return 0;
+  *theirs = *sig;
+  return *theirs != c->sig;
 }
 
 static ncclxResult_t llCrossCheck(const llCall* c) {
   const struct ncclxLLBoard* b = c->b;
-  llCell* near[2] = {&b->ring[c->ringAt < LL_RING_CELLS ? c->ringAt : 0], &b->ring[0]};
+  uint64_t theirs;
+  /* A ring writer's first cell: at the position every rank shares, or at cell 0 if its call
+   * did not fit before the end. */
+  llCell* first[2] = {&b->ring[c->ringAt < LL_RING_CELLS ? c->ringAt : 0], &b->ring[0]};
   for (int i = 0; i < 2; i++)
-    if (llForeign(c, &near[i]->seq, near[i]->sig))
-      return llMismatch(c->comm, c->call, (int)((near[i]->sig >> 32) & 0xff), near[i]->sig);
+    if (llForeign(c, &first[i]->seq, &first[i]->sig, &theirs))
+      return llMismatch(c->comm, c->call, (int)((theirs >> 32) & 0xff), theirs);
   if (!c->cell) return ncclxSuccess;
-  for (size_t i = 0; i < c->cells; i++) /* a root that wrote fewer cells than we wait for */
-    if (llForeign(c, &c->cell[i].seq, c->cell[i].sig))
-      return llMismatch(c->comm, c->call, c->a->root, c->cell[i].sig);
   for (int r = 0; r < c->comm->nranks; r++) { /* a bank call: every writer's first line */
-    llLine* first = c->bank + (size_t)r * b->perRegion;
-    if (llForeign(c, &first->seq, first->sig)) {
-      int bcast = (int)(first->sig >> 56) == NCCLX_COLL_BROADCAST;
-      return llMismatch(c->comm, c->call, bcast ? (int)((first->sig >> 32) & 0xff) : r, first->sig);
+    llLine* line = c->bank + (size_t)r * b->perRegion;
+    if (llForeign(c, &line->seq, &line->sig, &theirs)) {
+      int bcast = (int)(theirs >> 56) == NCCLX_COLL_BROADCAST;
+      return llMismatch(c->comm, c->call, bcast ? (int)((theirs >> 32) & 0xff) : r, theirs);
     }
   }
   return ncclxSuccess;

@@ -28,13 +28,20 @@
  *                            rank 1 fails within 10 s saying the calls differ (at the first
  *                            round, not by timeout); the others either complete with the right
  *                            data (the root and ranks that read every round before rank 1's
- *                            abort notice) or fail within 10 s. Through the ring the root
- *                            cannot see a receiver's larger count: that receiver ends with the
- *                            timeout, as in the timeout scenarios. MP_FAULT_BCAST_RANK1 sets rank
- *                            1's count instead: with MP_FAULT_COUNT=4 (16 bytes: one cell of the
- *                            board's ring) and 16, 20 or the other way round, rank 1 and the root
- *                            use different cells or one the ring and the other a bank, and rank 1
+ *                            abort notice) or fail within 10 s. Through the simple protocol's
+ *                            ring the root cannot see a receiver's larger count: that receiver
+ *                            ends with the timeout, as in the timeout scenarios.
+ *                            MP_FAULT_BCAST_RANK1 sets rank 1's count instead: with
+ *                            MP_FAULT_COUNT=4 (16 bytes: one 16-byte cell of the LL board's
+ *                            ring) and 16, 20 or the other way round, rank 1 and the root use
+ *                            different cells or one the ring and the other a bank, and rank 1
  *                            must still fail saying the calls differ.
+ *                            MP_FAULT_BCAST_AT=509 first moves the ring position to cell 509 with
+ *                            one-cell broadcasts, so that the 4-cell call starts over at cell 0.
+ *   fault_kill bcast-skip    (NCCLX_PROTO=ll) rank 1 skips an 80-byte broadcast (a bank of the
+ *                            board) that the others make, then all make a 16-byte one (the ring):
+ *                            rank 1 must fail saying the calls differ, not take the root's next
+ *                            call for its own.
  *   fault_kill gather-count  (run with NCCLX_PROTO=ll: an all-gather through the board's bulk
  *                            regions) after a good all-gather, rank 1 gathers
  *                            MP_FAULT_GATHER_EXTRA (default 1024) floats per rank more than the
@@ -62,6 +69,7 @@
 static size_t g_count = 1u << 18;
 static size_t g_gatherExtra = 1024; /* gather-count: rank 1's extra floats per rank */
 static size_t g_bcastRank1;         /* bcast-count: rank 1's count (default g_count + 4096) */
+static size_t g_bcastAt;            /* bcast-count: LL ring cell to reach first (0: none) */
 
 static mpJob g_job;
 static double g_timeout; /* seconds, the [core] timeout_s this scenario runs with */
@@ -340,6 +348,14 @@ static int mismatchRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return bad ? 1 : 0;
 }
 
+/* A small broadcast's root is done at once: its abort notice must not reach rank 1 before
+ * rank 1 has seen the mismatch, so the other ranks wait until the parent has seen rank 1 exit
+ * (runMismatch). Returns 1 if that never happened. */
+static int releaseAfterRank1(int rank) {
+  if (rank == 1 || mpWaitRelease(&g_job, 30.0) == 0) return 0;
+  return failf(rank, "the parent did not release the ranks %s", "within 30 s");
+}
+
 static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   (void)nranks, (void)arg;
   ncclxComm_t comm = initRank(rank, id);
@@ -350,7 +366,12 @@ static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   MP_CALL(rank, comm, ncclxBroadcast(b, b, g_count, ncclxFloat32, 0, comm, NULL));
   for (size_t i = 0; i < g_count; i++)
     if (b[i] != (float)(i % 251)) return failf(rank, "the good broadcast %s", "gave wrong data");
-  /* Every rank is done with the good broadcast before anyone can fail and abort. */
+  /* One-cell broadcasts up to ring cell g_bcastAt (the good one took ceil(bytes / 16) cells;
+   * core/src/coll_ll.c, llCell). */
+  size_t goodCells = (g_count * sizeof(float) + 15) / 16;
+  for (size_t k = goodCells; k < g_bcastAt; k++)
+    MP_CALL(rank, comm, ncclxBroadcast(b, b, 1, ncclxFloat32, 0, comm, NULL));
+  /* Every rank is done with the good broadcasts before anyone can fail and abort. */
   MP_CALL(rank, comm, ncclxBarrier(comm, NULL));
   for (size_t i = 0; i < n; i++) b[i] = rank == 0 ? (float)(i % 241) : -1.0f;
   double t0 = mpNow();
@@ -368,11 +389,39 @@ static int bcastCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
     for (size_t i = 0; i < g_count && !bad; i++)
       if (b[i] != (float)(i % 241)) bad += failf(rank, "a broadcast that succeeded %s", "gave wrong data");
   }
-  /* A small broadcast's root is done at once: its abort notice must not reach rank 1 before
-   * rank 1 has seen the mismatch (the parent releases us when rank 1 has exited). */
-  if (rank != 1) mpWaitRelease(&g_job, 30.0);
+  bad += releaseAfterRank1(rank);
   ncclxCommAbort(comm);
   free(b);
+  return bad ? 1 : 0;
+}
+
+/* Rank 1 skips an 80-byte broadcast the others make (a bank of the LL board), then all make a
+ * 16-byte one (the board's ring, where rank 1's position is the root's first cell of it). */
+static int bcastSkipRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  float b[20];
+  for (int i = 0; i < 20; i++) b[i] = rank == 0 ? (float)(i + 1) : -1.0f;
+  MP_CALL(rank, comm, ncclxBarrier(comm, NULL));
+  ncclxResult_t res = ncclxSuccess;
+  double t0 = mpNow();
+  if (rank != 1) res = ncclxBroadcast(b, b, 20, ncclxFloat32, 0, comm, NULL);
+  if (res == ncclxSuccess) res = ncclxBroadcast(b, b, 4, ncclxFloat32, 0, comm, NULL);
+  double dt = mpNow() - t0;
+  const char* msg = ncclxGetLastError(comm);
+  printf("rank %d: %s returned %s after %.2f s: \"%s\"\n", rank,
+         rank == 1 ? "the small broadcast alone" : "both broadcasts", ncclxGetErrorString(res), dt, msg);
+  int bad = 0;
+  if (dt > 10.0) bad += failf(rank, "returning took more than %s", "10 s");
+  if (rank == 1) {
+    if (res == ncclxSuccess) bad += failf(rank, "the misaligned call %s", "succeeded");
+    if (!mpContainsCI(msg, "differ")) bad += failf(rank, "message does not say the calls %s", "differ");
+  } else if (res == ncclxSuccess) {
+    for (int i = 0; i < 20; i++)
+      if (b[i] != (float)(i + 1)) bad += failf(rank, "a broadcast that succeeded %s", "gave wrong data");
+  }
+  bad += releaseAfterRank1(rank);
+  ncclxCommAbort(comm);
   return bad ? 1 : 0;
 }
 
@@ -421,9 +470,11 @@ int main(int argc, char** argv) {
   const char* sc = argc > 1 ? argv[1] : "";
   int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
   if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "abort-waiter") &&
-      strcmp(sc, "mismatch") && strcmp(sc, "bcast-count") && strcmp(sc, "gather-count")) {
+      strcmp(sc, "mismatch") && strcmp(sc, "bcast-count") && strcmp(sc, "bcast-skip") &&
+      strcmp(sc, "gather-count")) {
     fprintf(stderr,
-            "usage: %s kill|abort|abort-waiter|timeout|timeout-cold|mismatch|bcast-count|gather-count\n",
+            "usage: %s kill|abort|abort-waiter|timeout|timeout-cold|mismatch|bcast-count|bcast-skip|"
+            "gather-count\n",
             argv[0]);
     return 2;
   }
@@ -436,6 +487,7 @@ int main(int argc, char** argv) {
   g_bcastRank1 = getenv("MP_FAULT_BCAST_RANK1")
                      ? (size_t)strtoul(getenv("MP_FAULT_BCAST_RANK1"), NULL, 10)
                      : g_count + 4096;
+  if (getenv("MP_FAULT_BCAST_AT")) g_bcastAt = (size_t)strtoul(getenv("MP_FAULT_BCAST_AT"), NULL, 10);
   g_timeout = isTimeout ? 3.0 : 20.0;
   setenv("NCCLX_CORE_TIMEOUT_S", isTimeout ? "3" : "20", 1);
   /* SIGPIPE keeps its default action: a write to a dead peer must not kill a survivor. */
@@ -448,6 +500,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(sc, "abort-waiter")) rc = runAbort(1);
   else if (!strcmp(sc, "mismatch")) rc = runMismatch(mismatchRank, "mismatch");
   else if (!strcmp(sc, "bcast-count")) rc = runMismatch(bcastCountRank, "bcast-count");
+  else if (!strcmp(sc, "bcast-skip")) rc = runMismatch(bcastSkipRank, "bcast-skip");
   else if (!strcmp(sc, "gather-count")) rc = runMismatch(gatherCountRank, "gather-count");
   else rc = runTimeout(!strcmp(sc, "timeout"));
   printf("fault_kill %s: %s\n", sc, rc ? "FAIL" : "PASS");
