@@ -623,6 +623,13 @@ static void smallBroadcastRun(void) {
     runBroadcast(ncclxInt8, (size_t)(i % 81), (i / 81) & 1, i % g.nranks, 0, 0);
     if (i % 97 == 96) runAllReduce(seed, ncclxInt32, ncclxSum, 3, 0, 0, 0);
   }
+  /* A large broadcast on the LL protocol runs in rounds of nranks x ceil(ll_max_bytes / 48)
+   * x 48 bytes (core/src/coll_ll.c); a last round of at most 64 bytes takes the ring. */
+  const char* llMax = getenv("NCCLX_CORE_LL_MAX_BYTES");
+  size_t max = llMax ? (size_t)strtoul(llMax, NULL, 10) << (strchr(llMax, 'K') ? 10 : 0) : 4096;
+  size_t round = (size_t)g.nranks * ((max + 47) / 48) * 48;
+  size_t tails[3] = {1, 64, 65};
+  for (int i = 0; i < 3; i++) runBroadcast(ncclxInt8, 2 * round + tails[i], i & 1, g.nranks - 1, 0, 0);
   /* One root running ahead while the others start 20 ms late: it must stop before it
    * overwrites what they have not read (with no such wait it would finish all 600 first). */
   if (g.rank != 0) usleep(20000);
