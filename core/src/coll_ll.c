@@ -77,10 +77,21 @@
 #define LL_BULK_MIN_BYTES ((size_t)4 << 10)
 _Static_assert(LL_BULK_BANKS <= LL_MIN_BANKS, "a bulk bank's reuse wait covers its line bank");
 
+/* What says which call wrote a line or ring cell: its signature, then its sequence number,
+ * stored last (release; llMark), so a reader that sees the number sees the data too. */
+typedef struct {
+  uint64_t sig;         /* llSig() of the call */
+  _Atomic uint64_t seq; /* the call's sequence number */
+} llFlag;
+
+static void llMark(llFlag* f, uint64_t sig, uint64_t seq) {
+  f->sig = sig;
+  atomic_store_explicit(&f->seq, seq, memory_order_release);
+}
+
 typedef struct {
   unsigned char data[LL_PAYLOAD];
-  uint64_t sig;            /* llSig() of the call that wrote the line */
-  _Atomic uint64_t seq;    /* that call's sequence number, stored last (release) */
+  llFlag flag;
 } llLine;
 _Static_assert(sizeof(llLine) == 64, "an LL line is one cache line");
 
@@ -110,8 +121,7 @@ _Static_assert(LL_RING_REUSE * (2 * LL_RING_MAX_CELLS - 1) < LL_RING_CELLS - LL_
 
 typedef struct {
   unsigned char data[LL_CELL_DATA];
-  uint64_t sig;         /* llSig() of the call that wrote the cell */
-  _Atomic uint64_t seq; /* that call's sequence number, stored last (release) */
+  llFlag flag;
 } llCell;
 _Static_assert(sizeof(llCell) == 32, "two ring cells per cache line");
 
@@ -593,8 +603,7 @@ static void llWrite(llCall* c, const void* src, size_t bytes, size_t skipLo, siz
       memcpy(tail, (const char*)src + off, len);
       memcpy(line[i].data, tail, LL_PAYLOAD);
     }
-    line[i].sig = c->sig;
-    atomic_store_explicit(&line[i].seq, c->seq, memory_order_release);
+    llMark(&line[i].flag, c->sig, c->seq);
   }
 }
 
@@ -613,11 +622,11 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
   for (size_t i = first; i <= last; i++) {
     if (i >= ready) {
       size_t wait = i + LL_GROUP_LINES - 1 < last ? i + LL_GROUP_LINES - 1 : last;
-      while (atomic_load_explicit(&line[wait].seq, memory_order_acquire) < c->seq)
-        NCCLX_CHECK(llWaitStep(&c->w, &line[wait].seq, c->seq, "the contribution", rank));
+      while (atomic_load_explicit(&line[wait].flag.seq, memory_order_acquire) < c->seq)
+        NCCLX_CHECK(llWaitStep(&c->w, &line[wait].flag.seq, c->seq, "the contribution", rank));
       ready = wait + 1;
     }
-    if (line[i].sig != c->sig) return llMismatch(c->comm, c->call, rank, line[i].sig);
+    if (line[i].flag.sig != c->sig) return llMismatch(c->comm, c->call, rank, line[i].flag.sig);
     if (!len) continue;
     size_t lo = i == first ? off - i * LL_PAYLOAD : 0;
     size_t hi = i == last ? off + len - i * LL_PAYLOAD : LL_PAYLOAD;
@@ -702,19 +711,18 @@ static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
         if (len) memcpy(tail, (const char*)a->sendbuff + off, len);
         memcpy(cell[i].data, tail, LL_CELL_DATA);
       }
-      cell[i].sig = c->sig;
-      atomic_store_explicit(&cell[i].seq, c->seq, memory_order_release);
+      llMark(&cell[i].flag, c->sig, c->seq);
     }
     llWakeSleepers(b);
     if (bytes && a->recvbuff != a->sendbuff) memmove(a->recvbuff, a->sendbuff, bytes);
   } else {
-    _Atomic uint64_t* last = &cell[cells - 1].seq;
+    _Atomic uint64_t* last = &cell[cells - 1].flag.seq;
     while (atomic_load_explicit(last, memory_order_acquire) < c->seq)
       NCCLX_CHECK(llWaitStep(&c->w, last, c->seq, "the contribution", a->root));
     for (size_t i = 0; i < cells; i++) {
-      uint64_t seq = atomic_load_explicit(&cell[i].seq, memory_order_relaxed);
+      uint64_t seq = atomic_load_explicit(&cell[i].flag.seq, memory_order_relaxed);
       if (seq != c->seq) return llOtherCall(c, a->root, seq);
-      if (cell[i].sig != c->sig) return llMismatch(c->comm, c->call, a->root, cell[i].sig);
+      if (cell[i].flag.sig != c->sig) return llMismatch(c->comm, c->call, a->root, cell[i].flag.sig);
       size_t off = i * LL_CELL_DATA, len = bytes - off < LL_CELL_DATA ? bytes - off : LL_CELL_DATA;
       if (len == LL_CELL_DATA) memcpy((char*)a->recvbuff + off, cell[i].data, LL_CELL_DATA);
       else if (len) memcpy((char*)a->recvbuff + off, cell[i].data, len);
@@ -730,9 +738,9 @@ static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
  * between ranks, so its flag is where this rank does not wait. Checked while a wait is long:
  * such a call then fails as a mismatch instead of timing out. The signature is read after the
  * sequence number (acquire): read before, it could be the previous call's. */
-static int llForeign(const llCall* c, _Atomic uint64_t* seq, const uint64_t* sig, uint64_t* theirs) {
-  if (atomic_load_explicit(seq, memory_order_acquire) != c->seq) return 0;
-  *theirs = *sig;
+static int llForeign(const llCall* c, llFlag* f, uint64_t* theirs) {
+  if (atomic_load_explicit(&f->seq, memory_order_acquire) != c->seq) return 0;
+  *theirs = f->sig;
   return *theirs != c->sig;
 }
 
@@ -743,12 +751,12 @@ static ncclxResult_t llCrossCheck(const llCall* c) {
    * did not fit before the end. */
   llCell* first[2] = {&b->ring[c->ringAt < LL_RING_CELLS ? c->ringAt : 0], &b->ring[0]};
   for (int i = 0; i < 2; i++)
-    if (llForeign(c, &first[i]->seq, &first[i]->sig, &theirs))
+    if (llForeign(c, &first[i]->flag, &theirs))
       return llMismatch(c->comm, c->call, (int)((theirs >> 32) & 0xff), theirs);
   if (!c->cell) return ncclxSuccess;
   for (int r = 0; r < c->comm->nranks; r++) { /* a bank call: every writer's first line */
     llLine* line = c->bank + (size_t)r * b->perRegion;
-    if (llForeign(c, &line->seq, &line->sig, &theirs)) {
+    if (llForeign(c, &line->flag, &theirs)) {
       int bcast = (int)(theirs >> 56) == NCCLX_COLL_BROADCAST;
       return llMismatch(c->comm, c->call, bcast ? (int)((theirs >> 32) & 0xff) : r, theirs);
     }
