@@ -625,8 +625,11 @@ static void smallBroadcastRun(void) {
   }
   /* A large broadcast on the LL protocol runs in rounds of nranks x ceil(ll_max_bytes / 48)
    * x 48 bytes (core/src/coll_ll.c); a last round of at most 64 bytes takes the ring. */
-  const char* llMax = getenv("NCCLX_CORE_LL_MAX_BYTES");
-  size_t max = llMax ? (size_t)strtoul(llMax, NULL, 10) << (strchr(llMax, 'K') ? 10 : 0) : 4096;
+  const char* llMax = getenv("NCCLX_CORE_LL_MAX_BYTES"); /* bytes, or with a K suffix */
+  char* unit = NULL;
+  size_t max = llMax ? (size_t)strtoul(llMax, &unit, 10) : 4096;
+  if (llMax && (*unit == 'K' || *unit == 'k')) max <<= 10;
+  if (max > 16384) max = 16384; /* the library's ceiling */
   size_t round = (size_t)g.nranks * ((max + 47) / 48) * 48;
   size_t tails[3] = {1, 64, 65};
   for (int i = 0; i < 3; i++) runBroadcast(ncclxInt8, 2 * round + tails[i], i & 1, g.nranks - 1, 0, 0);
