@@ -8,9 +8,9 @@
  * of bank (seq % banks), then reads what it needs from the others' regions (allreduce: all of
  * them, reduced in rank order so that every rank computes the same bits; broadcast: the
  * root's, which spans the whole bank; alltoall: its block of each). A broadcast larger than a
- * bank is a sequence of such rounds (collLLRun); an all-gather larger than a line region is a
- * sequence of rounds through the bulk regions (llGatherRound). A round of a broadcast of at
- * most LL_RING_MAX_BYTES goes through the board's ring instead (llRingRound). No transport
+ * bank of lines and an all-gather larger than a line region are sequences of rounds through
+ * the board's bulk area (llBcastRound, llGatherRound). A broadcast of at most
+ * LL_RING_MAX_BYTES goes through the board's ring instead (llRingRound). No transport
  * connection is used.
  *
  * Reuse of a bank: call k overwrites call k-banks's lines, so a writer first makes sure
@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "coll_ll.h"
+#include "copy_nt.h"
 #include "config.h"
 #include "debug.h"
 #include "reduce.h"
@@ -64,13 +65,14 @@
 #define LL_DEFAULT_MAX_BYTES 4096
 #define LL_YIELDS 200u
 #define LL_YIELD_NS 200000ull
-/* All-gathers larger than a line region go through the board's bulk area instead: per rank
- * and bank one region of plain bytes, its flag the first line of the rank's line region in
- * the bank of the same call (so its signature is checked as an LL call's). Lines cost 4/3 of
- * the bytes and a flag per 48; a bulk region is one memcpy and one flag. Its banks are the
+/* All-gathers larger than a line region and broadcasts larger than a bank of lines go
+ * through the board's bulk area instead: per rank and bank one region of plain bytes (a
+ * broadcast's root fills the whole bank), the flag the first line of the writer's line region
+ * in the bank of the same call (so its signature is checked as an LL call's). Lines cost 4/3
+ * of the bytes and a flag per 48; a bulk region is one memcpy and one flag. Its banks are the
  * first LL_BULK_BANKS of the line banks' turn (LL_BULK_BANKS <= LL_MIN_BANKS), so waiting to
  * reuse a bulk bank also covers the line bank. Regions are at most LL_BULK_MAX_BYTES, and
- * all of them fit LL_BULK_BUDGET (pages are only touched by the all-gathers that use them). */
+ * all of them fit LL_BULK_BUDGET (pages are only touched by the calls that use them). */
 #define LL_BULK_BANKS 4
 #define LL_BULK_BUDGET ((size_t)4 << 20)
 #define LL_BULK_MAX_BYTES ((size_t)256 << 10)
@@ -206,23 +208,30 @@ static size_t llBulkBytes(int nranks) {
   return b < LL_BULK_MIN_BYTES ? LL_BULK_MIN_BYTES : b;
 }
 
-/* An all-gather goes through the bulk area once a rank's block outgrows its line region. */
+/* An all-gather goes through the bulk area once a rank's block outgrows its line region, a
+ * broadcast once it outgrows a bank of lines (every rank's region). */
 static int llGatherBulk(size_t blockBytes) { return blockBytes > llRegionLines() * LL_PAYLOAD; }
+static int llBcastBulk(int nranks, size_t bytes) {
+  return bytes > (size_t)nranks * llRegionLines() * LL_PAYLOAD;
+}
+/* Bytes of one round of a bulk broadcast: the whole bulk bank. */
+static size_t llBcastBulkBytes(int nranks) { return (size_t)nranks * llBulkBytes(nranks); }
 
 size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
   if (coll == NCCLX_COLL_ALLGATHER && collLLMaxBytes() > 0) {
     size_t blk = llInputBytes(comm, coll, callBytes), bulk = llBulkBytes(comm->nranks);
     return llGatherBulk(blk) ? (blk + bulk - 1) / bulk : 1;
   }
-  if (coll != NCCLX_COLL_BROADCAST || collLLMaxBytes() == 0) return 1;
-  /* llRoundBytes of the board llBoard will make: a bank's lines of every rank region */
-  size_t round = (size_t)comm->nranks * llRegionLines() * LL_PAYLOAD;
-  return callBytes <= round ? 1 : (callBytes + round - 1) / round;
+  if (coll != NCCLX_COLL_BROADCAST || collLLMaxBytes() == 0 || !llBcastBulk(comm->nranks, callBytes))
+    return 1;
+  size_t round = llBcastBulkBytes(comm->nranks);
+  return (callBytes + round - 1) / round;
 }
 
 int collLLLineRound(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes) {
   if (coll == NCCLX_COLL_ALLGATHER) return !llGatherBulk(llInputBytes(comm, coll, callBytes));
-  return collLLRounds(comm, coll, callBytes) == 1;
+  if (coll == NCCLX_COLL_BROADCAST) return !llBcastBulk(comm->nranks, callBytes);
+  return 1;
 }
 
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,
@@ -303,7 +312,7 @@ static ncclxResult_t llCreate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
                     strerror(errno));
   /* The lines' pages are taken now (every LL call cycles through the banks), so a full
    * /dev/shm is an error here instead of SIGBUS at a first touch; the bulk area's only when an
-   * all-gather first uses it (llBulkPopulate). */
+   * all-gather or broadcast first uses it (llBulkPopulate). */
   size_t lineBytes = llBulkOffset(comm->nranks, b->perRegion, b->banks);
   int e = ftruncate(fd, (off_t)b->mapBytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)lineBytes);
   if (e != 0) {
@@ -564,8 +573,7 @@ static ncclxResult_t llMismatch(struct ncclxComm* comm, const ncclxCollArgs* a, 
 struct llCall {
   struct ncclxComm* comm;
   struct ncclxLLBoard* b;
-  const ncclxCollArgs* a;    /* what this round moves (a piece of a large broadcast) */
-  const ncclxCollArgs* call; /* the caller's collective: its signature and error messages */
+  const ncclxCollArgs* a; /* the call */
   llLine* bank;
   llCell* cell;  /* a ring round: its first cell (else NULL) */
   size_t cells;  /* and how many */
@@ -631,7 +639,7 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
         NCCLX_CHECK(llWaitStep(&c->w, &line[wait].flag.seq, c->seq, "the contribution", rank));
       ready = wait + 1;
     }
-    if (line[i].flag.sig != c->sig) return llMismatch(c->comm, c->call, rank, line[i].flag.sig);
+    if (line[i].flag.sig != c->sig) return llMismatch(c->comm, c->a, rank, line[i].flag.sig);
     if (!len) continue;
     size_t lo = i == first ? off - i * LL_PAYLOAD : 0;
     size_t hi = i == last ? off + len - i * LL_PAYLOAD : LL_PAYLOAD;
@@ -688,7 +696,7 @@ static ncclxResult_t llOtherCall(const llCall* c, int root, uint64_t theirs) {
   return commFail(c->comm, ncclxInvalidUsage,
                   "%s #%llu: %s wrote its LL call %llu where rank %d reads its call %llu: the "
                   "ranks' sequences of collectives differ (a call skipped or added on some rank)",
-                  ncclxCollName(c->call->coll), (unsigned long long)c->comm->curOpSeq,
+                  ncclxCollName(c->a->coll), (unsigned long long)c->comm->curOpSeq,
                   commDescribeRank(c->comm, root, who, sizeof(who)), (unsigned long long)theirs,
                   c->comm->rank, (unsigned long long)c->seq);
 }
@@ -721,7 +729,7 @@ static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
     for (size_t i = 0; i < cells; i++) {
       uint64_t seq = atomic_load_explicit(&cell[i].flag.seq, memory_order_relaxed);
       if (seq != c->seq) return llOtherCall(c, a->root, seq);
-      if (cell[i].flag.sig != c->sig) return llMismatch(c->comm, c->call, a->root, cell[i].flag.sig);
+      if (cell[i].flag.sig != c->sig) return llMismatch(c->comm, c->a, a->root, cell[i].flag.sig);
       size_t off = i * LL_CELL_DATA, len = bytes - off < LL_CELL_DATA ? bytes - off : LL_CELL_DATA;
       if (len == LL_CELL_DATA) memcpy((char*)a->recvbuff + off, cell[i].data, LL_CELL_DATA);
       else if (len) memcpy((char*)a->recvbuff + off, cell[i].data, len);
@@ -751,28 +759,27 @@ static ncclxResult_t llCrossCheck(const llCall* c) {
   llCell* first[2] = {&b->ring[c->ringAt < LL_RING_CELLS ? c->ringAt : 0], &b->ring[0]};
   for (int i = 0; i < 2; i++)
     if (llForeign(c, &first[i]->flag, &theirs))
-      return llMismatch(c->comm, c->call, (int)((theirs >> 32) & 0xff), theirs);
+      return llMismatch(c->comm, c->a, (int)((theirs >> 32) & 0xff), theirs);
   if (!c->cell) return ncclxSuccess;
   for (int r = 0; r < c->comm->nranks; r++) { /* a bank call: every writer's first line */
     llLine* line = c->bank + (size_t)r * b->perRegion;
     if (llForeign(c, &line->flag, &theirs)) {
       int bcast = (int)(theirs >> 56) == NCCLX_COLL_BROADCAST;
-      return llMismatch(c->comm, c->call, bcast ? (int)((theirs >> 32) & 0xff) : r, theirs);
+      return llMismatch(c->comm, c->a, bcast ? (int)((theirs >> 32) & 0xff) : r, theirs);
     }
   }
   return ncclxSuccess;
 }
 
-/* One round through the board: a, or the piece a of the caller's broadcast call. */
-static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a,
-                             const ncclxCollArgs* call) {
+/* One round through the board: the whole call a. */
+static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a) {
   int n = comm->nranks, me = comm->rank;
   size_t sz = a->coll == NCCLX_COLL_BARRIER ? 1 : collTypeSize(a->datatype);
   llCall c; /* every field set below (see llWaiterInit) */
-  c.comm = comm, c.a = a, c.call = call;
+  c.comm = comm, c.a = a;
   NCCLX_CHECK(llBoard(comm, &c.b));
   c.seq = ++c.b->seq;
-  c.sig = llSig(call);
+  c.sig = llSig(a);
   c.bank = c.b->lines + (size_t)(c.seq & (c.b->banks - 1)) * (size_t)n * c.b->perRegion;
   c.cell = NULL, c.cells = 0, c.ringAt = c.b->ringPos;
   llWaiterInit(&c.w, comm, c.b);
@@ -844,23 +851,35 @@ static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a,
   return ncclxSuccess;
 }
 
+/* Starts a round through the bulk area: c is call a's next round, its flag line in the line
+ * bank of its sequence number; returns the round's bulk bank. */
+static char* llBulkCall(struct ncclxComm* comm, struct ncclxLLBoard* b, const ncclxCollArgs* a,
+                        llCall* c) {
+  int n = comm->nranks;
+  *c = (llCall){.comm = comm, .a = a, .b = b};
+  c->seq = ++b->seq;
+  c->sig = llSig(a);
+  c->bank = b->lines + (size_t)(c->seq & (b->banks - 1)) * (size_t)n * b->perRegion;
+  c->ringAt = b->ringPos;
+  llWaiterInit(&c->w, comm, b);
+  c->w.call = c;
+  return b->bulk + (size_t)(c->seq & (LL_BULK_BANKS - 1)) * (size_t)n * b->bulkBytes;
+}
+
+static void llBulkDone(llCall* c) {
+  atomic_store_explicit(&c->b->ctl[c->comm->rank].done, c->seq, memory_order_release);
+  llWakeSleepers(c->b); /* a writer may be asleep waiting to reuse a bank */
+}
+
 /* One round of a bulk all-gather: bytes [off, off + len) of every rank's block. Each rank
  * copies its piece into its bulk region once, then every other rank copies it out once: n
  * copies of every byte, where the ring moves it twice per hop (2 (n - 1) copies). */
-static ncclxResult_t llGatherRound(struct ncclxComm* comm, const ncclxCollArgs* a, size_t off,
-                                   size_t len) {
+static ncclxResult_t llGatherRound(struct ncclxComm* comm, struct ncclxLLBoard* b,
+                                   const ncclxCollArgs* a, size_t off, size_t len) {
   int n = comm->nranks, me = comm->rank;
   size_t blk = a->count * collTypeSize(a->datatype);
-  llCall c = {.comm = comm, .a = a, .call = a};
-  NCCLX_CHECK(llBoard(comm, &c.b));
-  struct ncclxLLBoard* b = c.b;
-  c.seq = ++b->seq;
-  c.sig = llSig(a);
-  c.bank = b->lines + (size_t)(c.seq & (b->banks - 1)) * (size_t)n * b->perRegion;
-  c.ringAt = b->ringPos;
-  llWaiterInit(&c.w, comm, b);
-  c.w.call = &c;
-  char* bank = b->bulk + (size_t)(c.seq & (LL_BULK_BANKS - 1)) * (size_t)n * b->bulkBytes;
+  llCall c;
+  char* bank = llBulkCall(comm, b, a, &c);
   NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
   memcpy(bank + (size_t)me * b->bulkBytes, (const char*)a->sendbuff + off, len);
   llWrite(&c, NULL, 0, 0, 0); /* the flag line, stored after the bytes (release) */
@@ -872,8 +891,32 @@ static ncclxResult_t llGatherRound(struct ncclxComm* comm, const ncclxCollArgs* 
     memcpy(recv + (size_t)r * blk + off, bank + (size_t)r * b->bulkBytes, len);
   }
   if (c.seq - 1 > b->knownDone) b->knownDone = c.seq - 1; /* every rank wrote this call */
-  atomic_store_explicit(&b->ctl[me].done, c.seq, memory_order_release);
-  llWakeSleepers(b);
+  llBulkDone(&c);
+  return ncclxSuccess;
+}
+
+/* One round of a bulk broadcast: bytes [off, off + len) of the root's buffer, through the
+ * whole bulk bank (every rank's region of it). The root copies them in once and every other
+ * rank copies them out once (with non-temporal stores if streamOut); the root's own copy
+ * follows its flag, while the others read. */
+static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b,
+                                  const ncclxCollArgs* a, size_t off, size_t len, int streamOut) {
+  llCall c;
+  char* bank = llBulkCall(comm, b, a, &c);
+  char* recv = (char*)a->recvbuff + off;
+  if (comm->rank == a->root) {
+    const char* send = (const char*)a->sendbuff + off;
+    NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
+    memcpy(bank, send, len);
+    llWrite(&c, NULL, 0, 0, 0);
+    llWakeSleepers(b);
+    if (recv != send) memmove(recv, send, len);
+  } else {
+    NCCLX_CHECK(llRead(&c, a->root, 0, 0, NULL));
+    if (streamOut) copyNonTemporal(recv, bank, len);
+    else memcpy(recv, bank, len);
+  }
+  llBulkDone(&c);
   return ncclxSuccess;
 }
 
@@ -885,7 +928,7 @@ static ncclxResult_t llBulkPopulate(struct ncclxComm* comm, struct ncclxLLBoard*
   size_t bytes = (size_t)LL_BULK_BANKS * (size_t)comm->nranks * b->bulkBytes;
   if (madvise(b->bulk, bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL)
     return commFail(comm, ncclxSystemError,
-                    "LL protocol: cannot allocate the all-gather's %zu-byte area in /dev/shm%s: %s "
+                    "LL protocol: cannot allocate the %zu-byte bulk area in /dev/shm%s: %s "
                     "(is /dev/shm full?)",
                     bytes, b->name, strerror(errno));
 #else
@@ -895,45 +938,46 @@ static ncclxResult_t llBulkPopulate(struct ncclxComm* comm, struct ncclxLLBoard*
   return ncclxSuccess;
 }
 
-/* An all-gather whose blocks outgrow a line region: rounds of a bulk region each, the bulk
- * banks pipelining them (ranks that disagree on the count fail at the first round). */
-static ncclxResult_t llGatherBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
+/* Receivers of a bulk broadcast write with non-temporal stores once the host's receive
+ * buffers together (nranks * bytes) reach LL_STREAM_HOST_BYTES, half of this machine kind's
+ * 32 MiB last-level cache: they cannot all stay in it, and a plain store first reads every
+ * line it writes. 8 ranks on 2 CPUs, alternating runs: 2 MiB 794 us against 1000, 16 MiB 7328
+ * against 8823; 4 ranks, 4 MiB: 678 against 765; below it slower (8 ranks, 1 MiB: 533 against
+ * 417). A constant: sysconf's cache size reads 320 MiB on this VM (sysfs: 32 MiB). */
+#define LL_STREAM_HOST_BYTES ((size_t)16 << 20)
+
+/* A call through the bulk area (an all-gather whose blocks outgrow a line region, a
+ * broadcast larger than a bank of lines): rounds of a bulk region (all-gather) or bank
+ * (broadcast) each, the bulk banks pipelining them. Ranks that disagree on the count fail
+ * at the first round: every round carries the whole call's signature. */
+static ncclxResult_t llBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   struct ncclxLLBoard* b;
   NCCLX_CHECK(llBoard(comm, &b));
   if (!b->bulkReady) NCCLX_CHECK(llBulkPopulate(comm, b));
-  size_t blk = a->count * collTypeSize(a->datatype);
-  for (size_t off = 0; off < blk; off += b->bulkBytes)
-    NCCLX_CHECK(llGatherRound(comm, a, off, blk - off < b->bulkBytes ? blk - off : b->bulkBytes));
+  size_t total = a->count * collTypeSize(a->datatype);
+  if (a->coll == NCCLX_COLL_BROADCAST) {
+    size_t round = llBcastBulkBytes(comm->nranks);
+    int streamOut = (size_t)comm->nranks * total >= LL_STREAM_HOST_BYTES;
+    for (size_t off = 0; off < total; off += round)
+      NCCLX_CHECK(llBcastRound(comm, b, a, off, total - off < round ? total - off : round, streamOut));
+    return ncclxSuccess;
+  }
+  for (size_t off = 0; off < total; off += b->bulkBytes)
+    NCCLX_CHECK(llGatherRound(comm, b, a, off, total - off < b->bulkBytes ? total - off : b->bulkBytes));
   /* Our own block last: in place it is already there, and it was the source above. */
-  char* own = (char*)a->recvbuff + (size_t)comm->rank * blk;
-  if (own != (const char*)a->sendbuff) memmove(own, a->sendbuff, blk);
+  char* own = (char*)a->recvbuff + (size_t)comm->rank * total;
+  if (own != (const char*)a->sendbuff) memmove(own, a->sendbuff, total);
   return ncclxSuccess;
 }
 
-/* A broadcast larger than a bank runs as consecutive rounds of one bank each, the banks
- * pipelining them: the root writes every byte once and every other rank reads it once,
- * where a ring copies it twice per hop through the shared-memory transport (n ranks: n + 1
- * copies against 2 (n - 1)), which is what counts when ranks share CPUs. Every round carries
- * the whole call's signature, so ranks that disagree on count or root fail at the first. */
+/* A broadcast larger than a bank of lines goes through the bulk area: the root writes every
+ * byte once and every other rank reads it once, where a ring copies it twice per hop through
+ * the shared-memory transport (n ranks: n + 1 copies against 2 (n - 1)), which is what counts
+ * when ranks share CPUs. */
 ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  if (a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(a->count * collTypeSize(a->datatype)))
-    return llGatherBulkRun(comm, a);
-  if (a->coll != NCCLX_COLL_BROADCAST) return llRound(comm, a, a);
-  struct ncclxLLBoard* b;
-  NCCLX_CHECK(llBoard(comm, &b));
-  size_t sz = collTypeSize(a->datatype), total = a->count * sz;
-  size_t round = llRoundBytes(b, comm->nranks, a->coll);
-  /* total is a multiple of sz, so it fits a round iff it fits round's whole elements: the
-   * common small call skips the division. */
-  if (total <= round) return llRound(comm, a, a);
-  size_t piece = round / sz * sz; /* the same on every rank */
-  ncclxCollArgs part = *a;
-  for (size_t off = 0; off < total; off += piece) {
-    size_t len = total - off < piece ? total - off : piece;
-    part.sendbuff = a->sendbuff ? (const char*)a->sendbuff + off : NULL; /* non-roots: unused */
-    part.recvbuff = (char*)a->recvbuff + off;
-    part.count = len / sz;
-    NCCLX_CHECK(llRound(comm, &part, a));
-  }
-  return ncclxSuccess;
+  size_t total = a->count * collTypeSize(a->datatype);
+  if ((a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(total)) ||
+      (a->coll == NCCLX_COLL_BROADCAST && llBcastBulk(comm->nranks, total)))
+    return llBulkRun(comm, a);
+  return llRound(comm, a);
 }

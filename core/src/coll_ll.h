@@ -22,7 +22,7 @@ int collLLRunnable(const struct ncclxComm* comm, ncclxCollType_t coll, size_t ca
  * all-gathers). */
 size_t collLLRounds(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
 /* Whether the call is one round through the board's lines, the case collLLModelCost prices
- * (not a broadcast of several rounds, nor an all-gather through the bulk regions). */
+ * (not a broadcast or an all-gather through the bulk area). */
 int collLLLineRound(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes);
 /* Modelled time in us: alpha plus beta per byte written and read, gamma per byte reduced. */
 double collLLModelCost(const struct ncclxComm* comm, ncclxCollType_t coll, size_t callBytes,

@@ -131,6 +131,9 @@ TOOL_API void ncclxTuneToolReduce(void* dst, const void* src, size_t count, nccl
  * or read through the board's cache lines. */
 #define TUNE_LL_ALPHA_US 0.40
 #define TUNE_LL_BETA_US_PER_BYTE 8.0e-5
+/* Bulk broadcasts through the board (see modelTableCompute). */
+#define TUNE_LL_BULK_SPEEDUP 1.25
+#define TUNE_LL_BULK_OWN_CPU_MIN ((size_t)1 << 20)
 
 /* Fills the cost table of one call: NCCLX_TUNER_IGNORE everywhere except the entries that can
  * run it on comm (the simple protocol's algorithms, and (linear, ll) where the LL protocol
@@ -165,21 +168,30 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
     valid[(*nvalid)++] = e;
     return;
   }
-  /* A call of several rounds pays when ranks share CPUs: the copies of all ranks then add
-   * up, against 2 (n - 1) S through the ring's double copies. A broadcast copies about
-   * 1.33 (n + 1) S through the board's lines (48 data bytes per 64): chosen from 6 ranks on
-   * (8 ranks on 2 CPUs, 64 KiB-16 MiB: 1.4-2.2x the ring; 4 ranks: 0.9-1.4x, left to the
-   * ring). An all-gather copies n S through the bulk regions (each block in once, out n - 1
-   * times). Priced as the best simple entry times that ratio. With a CPU per rank the ring's
-   * copies run in parallel and the board is the slower path (2 ranks: 3-4 GB/s against
-   * 8-16 for a broadcast), so there it stays an entry only a tuner or NCCLX_PROTO=ll picks. */
+  /* Through the bulk area (an all-gather whose blocks outgrow a line region, a broadcast
+   * larger than a bank of lines), priced as the best simple entry times the ratio of the
+   * copies. All-gather: n S (each block in once, out n - 1 times) against the ring's
+   * 2 (n - 1) S. Broadcast: n + 1 (in once, out n - 1 times, the root's own copy) against
+   * 2 (n - 1) + 1 through the transport, and the board's copies are large where the
+   * transport's are slot-sized: 2 ranks, 1-64 MiB, 1.2-1.35x the transport's pipelined tree
+   * (TUNE_LL_BULK_SPEEDUP), 4 ranks on 2 CPUs 1.5-1.8x at 256 KiB-1 MiB, 8 ranks 2x. What counts
+   * when ranks share CPUs is the sum of all copies; with a CPU per rank they run in parallel,
+   * and the board pays only for a broadcast from TUNE_LL_BULK_OWN_CPU_MIN on (2 ranks, 64 KiB:
+   * 9.9 us against 5.8) and never for an all-gather (3-4 GB/s against 8-16): there the entry
+   * costs 4x, so only a tuner or NCCLX_PROTO=ll picks it. */
   double n = comm->nranks, best = -1;
   for (int i = 0; i < *nvalid; i++)
     if (best < 0 || table[valid[i]] < best) best = table[valid[i]];
   if (best < 0) return;
-  double shared = comm->ranksPerHostMax > comm->hostCpusMin ? 1.0 : 4.0;
-  double copies = coll == NCCLX_COLL_ALLGATHER ? n : (4.0 / 3.0) * (n + 1);
-  table[e] = (float)(best * shared * copies / (2 * (n - 1)));
+  int ownCpu = comm->ranksPerHostMax <= comm->hostCpusMin;
+  double ratio;
+  if (coll == NCCLX_COLL_ALLGATHER) {
+    ratio = n / (2 * (n - 1)) * (ownCpu ? 4.0 : 1.0);
+  } else {
+    ratio = (n + 1) / (2 * n - 1) / TUNE_LL_BULK_SPEEDUP;
+    if (ownCpu && callBytes < TUNE_LL_BULK_OWN_CPU_MIN) ratio *= 4.0;
+  }
+  table[e] = (float)(best * ratio);
   valid[(*nvalid)++] = e;
 }
 

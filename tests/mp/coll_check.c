@@ -623,16 +623,22 @@ static void smallBroadcastRun(void) {
     runBroadcast(ncclxInt8, (size_t)(i % 81), (i / 81) & 1, i % g.nranks, 0, 0);
     if (i % 97 == 96) runAllReduce(seed, ncclxInt32, ncclxSum, 3, 0, 0, 0);
   }
-  /* A large broadcast on the LL protocol runs in rounds of nranks x ceil(ll_max_bytes / 48)
-   * x 48 bytes (core/src/coll_ll.c); a last round of at most 64 bytes takes the ring. */
+  /* On the LL protocol a broadcast of up to a bank of lines (nranks x ceil(ll_max_bytes / 48)
+   * x 48 bytes) is one round through the lines, a larger one goes through the bulk area in
+   * rounds of a whole bulk bank (nranks regions of min(256 KiB, 1 MiB / nranks) rounded down
+   * to 4 KiB: core/src/coll_ll.c). Both sides of the line boundary, and several bulk rounds
+   * with a short and a long last one. */
   const char* llMax = getenv("NCCLX_CORE_LL_MAX_BYTES"); /* bytes, or with a K suffix */
   char* unit = NULL;
   size_t max = llMax ? (size_t)strtoul(llMax, &unit, 10) : 4096;
   if (llMax && (*unit == 'K' || *unit == 'k')) max <<= 10;
   if (max > 16384) max = 16384; /* the library's ceiling */
-  size_t round = (size_t)g.nranks * ((max + 47) / 48) * 48;
-  size_t tails[3] = {1, 64, 65};
-  for (int i = 0; i < 3; i++) runBroadcast(ncclxInt8, 2 * round + tails[i], i & 1, g.nranks - 1, 0, 0);
+  size_t lineBank = (size_t)g.nranks * ((max + 47) / 48) * 48;
+  size_t region = ((size_t)1 << 20) / (size_t)g.nranks;
+  if (region > ((size_t)256 << 10)) region = (size_t)256 << 10;
+  size_t bulkBank = (size_t)g.nranks * (region & ~(size_t)4095);
+  size_t large[5] = {lineBank, lineBank + 1, 2 * bulkBank + 1, 2 * bulkBank + 4097, 3 * bulkBank};
+  for (int i = 0; i < 5; i++) runBroadcast(ncclxInt8, large[i], i & 1, g.nranks - 1, 0, 0);
   /* One root running ahead while the others start 20 ms late: it must stop before it
    * overwrites what they have not read (with no such wait it would finish all 600 first). */
   if (g.rank != 0) usleep(20000);

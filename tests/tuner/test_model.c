@@ -337,32 +337,41 @@ static void checkLLThenSimple(struct ncclxComm* ll, struct ncclxComm* simple, nc
   CHECK(a->proto == NCCLX_PROTO_SIMPLE);
 }
 
-/* Broadcasts beyond one round of the board: runnable at any size, in rounds of a whole bank
- * (every rank's region: 4 x 86 lines x 48 bytes at 4 ranks), and chosen only when ranks share
- * CPUs and there are enough of them for the board's single copies to beat the ring's double
- * ones (6 or more). */
+/* Broadcasts beyond one round of the board's lines (a whole bank: 4 x 86 lines x 48 bytes at
+ * 4 ranks) run at any size through the bulk area, in rounds of a whole bulk bank (4 x 256 KiB
+ * at 4 ranks). Chosen when ranks share CPUs (n + 1 copies against 2 (n - 1) + 1), and with a
+ * CPU per rank only from 1 MiB on. */
 static void testLLBroadcastRounds(void) {
   struct ncclxPeerInfo* info = shmPeers();
-  struct ncclxComm four, eightShared, eightOwn, fourShared;
+  struct ncclxComm four, eightShared, eightOwn, fourShared, twoOwn;
   fakeComm(&four, 4, 1, 1);
   fakeComm(&fourShared, 4, 1, 1);
   fakeComm(&eightShared, 8, 1, 1);
   fakeComm(&eightOwn, 8, 1, 1);
-  four.peerInfo = fourShared.peerInfo = eightShared.peerInfo = eightOwn.peerInfo = info;
-  size_t round = 4 * 86 * 48;
+  fakeComm(&twoOwn, 2, 1, 1);
+  four.peerInfo = fourShared.peerInfo = eightShared.peerInfo = eightOwn.peerInfo = twoOwn.peerInfo = info;
+  size_t lines = 4 * 86 * 48, bulk = (size_t)4 << 20;
   CHECK(collLLRunnable(&four, NCCLX_COLL_BROADCAST, (size_t)64 << 20));
-  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, round) == 1);
-  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, round + 1) == 2);
+  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, lines) == 1);
+  CHECK(collLLLineRound(&four, NCCLX_COLL_BROADCAST, lines));
+  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, lines + 1) == 1);
+  CHECK(!collLLLineRound(&four, NCCLX_COLL_BROADCAST, lines + 1));
+  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, bulk / 4) == 1);
+  CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, bulk / 4 + 1) == 2);
   CHECK(collLLRounds(&four, NCCLX_COLL_ALLREDUCE, 4096) == 1);
   int cpus = xferHostCpus();
   fourShared.ranksPerHostMax = eightShared.ranksPerHostMax = cpus + 1; /* more ranks than CPUs */
-  eightOwn.ranksPerHostMax = 1;
+  eightOwn.ranksPerHostMax = twoOwn.ranksPerHostMax = 1;
   ncclxCollArgs a;
   memset(&a, 0, sizeof a);
-  a.coll = NCCLX_COLL_BROADCAST, a.count = 1 << 18, a.datatype = ncclxFloat32; /* 1 MiB */
+  a.coll = NCCLX_COLL_BROADCAST, a.count = 1 << 17, a.datatype = ncclxFloat32; /* 512 KiB */
   checkLLThenSimple(&eightShared, &eightOwn, &a);
-  tuneSelect(&fourShared, &a);
-  CHECK(a.proto == NCCLX_PROTO_SIMPLE);
+  checkLLThenSimple(&fourShared, &twoOwn, &a);
+  a.count = 1 << 18; /* 1 MiB: the board from here on with a CPU per rank too */
+  tuneSelect(&twoOwn, &a);
+  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
+  tuneSelect(&eightOwn, &a);
+  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_LL);
 }
 
 /* All-gathers whose blocks outgrow a line region (4096 bytes by default) go through the
