@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coll.h"
 #include "debug.h"
 #include "gpu.h"
 #include "xfer.h"
@@ -849,11 +850,6 @@ static ncclxResult_t placePacked(dynExchange* x, int peer, int* placed) {
   return ncclxSuccess;
 }
 
-static int overlaps(const void* a, size_t alen, const void* b, size_t blen) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return alen && blen && x < y + blen && y < x + alen;
-}
-
 static ncclxResult_t a2avExec(struct ncclxComm* comm, void* arg) {
   a2avTask* t = arg;
   int n = comm->nranks;
@@ -876,7 +872,7 @@ static ncclxResult_t a2avExec(struct ncclxComm* comm, void* arg) {
     return commFail(comm, ncclxInvalidArgument, "%s #%llu: sendbuff is NULL but the send counts add up to %llu",
                     fn, opSeq(comm), (unsigned long long)sum);
   size_t recvBytes = (t->compact ? t->maxRecv : t->maxRecv * (size_t)n) * t->elemBytes;
-  if (overlaps(t->sendbuff, (size_t)sum * t->elemBytes, t->recvbuff, recvBytes))
+  if (collRangesOverlap(t->sendbuff, (size_t)sum * t->elemBytes, t->recvbuff, recvBytes))
     return commFail(comm, ncclxInvalidArgument,
                     "%s #%llu: sendbuff and recvbuff overlap (in place is not supported)", fn, opSeq(comm));
   t->nextPeer = 0;
@@ -932,7 +928,7 @@ static ncclxResult_t a2avSubmit(const char* fn, const void* sendbuff, const size
   if (maxRecv > 0 && !recvbuff)
     return commArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with %s %zu", fn,
                        compact ? "maxRecvTotal" : "maxRecvCount", maxRecv);
-  if (sendbuff && overlaps(sendbuff, 1, recvbuff, maxRecv * slots * sz))
+  if (sendbuff && collRangesOverlap(sendbuff, 1, recvbuff, maxRecv * slots * sz))
     return commArgError(comm, ncclxInvalidArgument,
                        "%s: sendbuff lies inside recvbuff (in place is not supported)", fn);
   /* Device memory or a CUDA-ordered stream: the GPU path's (alltoallv_dynamic_dev.c). */

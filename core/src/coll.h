@@ -57,6 +57,8 @@ ncclxResult_t collRun(struct ncclxComm* comm, const ncclxCollArgs* args);
  * sizes, so it skips it too). A peer < 0 skips that half as well. */
 ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf, size_t sendBytes,
                            int recvPeer, void* recvBuf, size_t recvBytes);
+/* Whether [a, a + alen) and [b, b + blen) share a byte (empty ranges share none). */
+int collRangesOverlap(const void* a, size_t alen, const void* b, size_t blen);
 /* Bytes of one pipeline piece (the call's chunk, 1 MiB when unset), and the same in elements
  * (at least one). */
 size_t collPieceBytes(const struct ncclxComm* comm);

@@ -35,11 +35,6 @@ static size_t reduceChunkBytes(size_t tmpElems, size_t typeSize) {
   return (e ? e : 1) * typeSize;
 }
 
-static int overlaps(const void* a, size_t alen, const void* b, size_t blen) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return alen && blen && x < y + blen && y < x + alen;
-}
-
 /* Send sendCount elements to sendPeer while receiving recvCount elements from recvPeer and
  * writing dst = incoming op other (other may be dst itself, or the user's send buffer on the
  * first step, which saves copying the input into the output up front). The receive is
@@ -63,7 +58,7 @@ static ncclxResult_t exchangeReduce(struct ncclxComm* comm, const ncclxCollArgs*
     x[n++] = (ncclxXfer){.peer = sendPeer, .isSend = 1, .buf = (void*)src,
                          .bytes = sendCount * sz, .chunk = chunk};
   if (recvCount) {
-    int gate = sendCount && overlaps(src, sendCount * sz, dst, recvCount * sz) ? n : 0;
+    int gate = sendCount && collRangesOverlap(src, sendCount * sz, dst, recvCount * sz) ? n : 0;
     x[n++] = (ncclxXfer){.peer = recvPeer, .isSend = 0, .buf = tmp, .bytes = recvCount * sz,
                          .chunk = chunk, .redDst = dst, .redOther = (void*)other,
                          .redType = a->datatype, .redOp = a->op, .redPeerFirst = peerFirst,

@@ -14,11 +14,6 @@
 #include "debug.h"
 #include "xfer.h"
 
-static int rangesOverlap(const void* a, size_t alen, const void* b, size_t blen) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return alen && blen && x < y + blen && y < x + alen;
-}
-
 typedef struct {
   const char* src;
   size_t srcStride;
@@ -103,7 +98,7 @@ static ncclxResult_t alltoallRun(struct ncclxComm* comm, const ncclxCollArgs* a,
   size_t blk = a->count * ncclxTypeSize(a->datatype), total = (size_t)n * blk;
   if (blk == 0) return ncclxSuccess;
   int inPlace = a->sendbuff == a->recvbuff;
-  if (!inPlace && rangesOverlap(a->sendbuff, total, a->recvbuff, total))
+  if (!inPlace && collRangesOverlap(a->sendbuff, total, a->recvbuff, total))
     return commFail(comm, ncclxInvalidArgument,
                         "alltoall: sendbuff and recvbuff overlap without being equal");
   int stage = inPlace && !copiesFirst;
@@ -196,7 +191,7 @@ static ncclxResult_t alltoallvPrepare(struct ncclxComm* comm, const ncclxCollArg
   extentOf(a->sendcounts, a->sdispls, n, s->sz, &slo, &shi);
   extentOf(a->recvcounts, a->rdispls, n, s->sz, &rlo, &rhi);
   if (shi > slo && rhi > rlo &&
-      rangesOverlap((const char*)a->sendbuff + slo, shi - slo, (char*)a->recvbuff + rlo,
+      collRangesOverlap((const char*)a->sendbuff + slo, shi - slo, (char*)a->recvbuff + rlo,
                     rhi - rlo)) {
     char* stage;
     NCCLX_CHECK(collScratch(comm, "alltoallv", shi - slo, &stage));

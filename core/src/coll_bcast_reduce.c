@@ -4,8 +4,6 @@
  * Large buffers move in pieces of chunkBytes; a broadcast rank receives from its parent and
  * forwards to its children in one xferRun, each piece forwarded as soon as it has arrived
  * (xfer sendAfter), which pipelines the tree levels. */
-#include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
@@ -42,11 +40,6 @@ static ncclxResult_t sendWhileCopying(struct ncclxComm* comm, ncclxXfer* x, int 
   return xferEnd(&run);
 }
 
-static int overlapping(const void* a, const void* b, size_t bytes) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y ? y - x < bytes : x - y < bytes;
-}
-
 /* Pipelined one-to-many copy: receive the buffer from parent (unless < 0) into buf and
  * forward it to the children, all in one xferRun: each chunk goes on to the children as soon
  * as it has arrived, while later chunks are still coming. src is what this rank forwards
@@ -60,9 +53,10 @@ static ncclxResult_t pipelineForward(struct ncclxComm* comm, int parent, const i
     x[nx++] = (ncclxXfer){.peer = children[c], .isSend = 1, .buf = (void*)src, .bytes = bytes,
                           .sendAfter = parent >= 0 ? 1 : 0};
   if (parent >= 0 || src == buf) return nx ? xferRun(comm, x, nx) : ncclxSuccess;
-  /* Overlap only when every rank has a CPU: on a shared CPU the copy would take the time
-   * slices the children need (4 ranks on 2 CPUs: 15% slower at 512 KiB-2 MiB). */
-  if (getenv("HACK_ALWAYS") ? 0 : (overlapping(src, buf, bytes) || comm->ranksPerHostMax > xferHostCpus())) {
+  /* Overlap only when every rank has a CPU (on a shared CPU the copy would take the time
+   * slices the children need: 4 ranks on 2 CPUs, 15% slower at 512 KiB-2 MiB), and when the
+   * buffers do not partly overlap (the sends must read src before the copy changes it). */
+  if (collRangesOverlap(src, bytes, buf, bytes) || comm->ranksPerHostMax > comm->hostCpusMin) {
     NCCLX_CHECK(nx ? xferRun(comm, x, nx) : ncclxSuccess);
     memmove(buf, src, bytes);
     return ncclxSuccess;

@@ -146,17 +146,12 @@ size_t alltoallHierWindow(size_t chunkBytes, int nranks, int ranksPerHostMax) {
   return w ? w : 1;
 }
 
-static int rangesOverlap(const void* a, size_t alen, const void* b, size_t blen) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return alen && blen && x < y + blen && y < x + alen;
-}
-
 ncclxResult_t alltoallHier(struct ncclxComm* comm, const ncclxCollArgs* a) {
   int n = comm->nranks, r = comm->rank;
   size_t blk = a->count * ncclxTypeSize(a->datatype), total = (size_t)n * blk;
   if (blk == 0) return ncclxSuccess;
   int inPlace = a->sendbuff == a->recvbuff;
-  if (!inPlace && rangesOverlap(a->sendbuff, total, a->recvbuff, total))
+  if (!inPlace && collRangesOverlap(a->sendbuff, total, a->recvbuff, total))
     return commFail(comm, ncclxInvalidArgument,
                     "alltoall: sendbuff and recvbuff overlap without being equal");
   const struct ncclxHostMap* m = collHierMap(comm);

@@ -741,10 +741,12 @@ static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
 }
 
 /* Another signature at this call's sequence number in a ring cell or the first line of a
- * bank region means some rank took the other path (ring or bank) for a call that differs
- * between ranks, so its flag is where this rank does not wait. Checked while a wait is long:
- * such a call then fails as a mismatch instead of timing out. The signature is read after the
- * sequence number (acquire): read before, it could be the previous call's. */
+ * bank region means some rank made another call here, one whose flag is where this rank does
+ * not wait: the other path (ring, lines or bulk area), or the same path with another layout
+ * (a bulk round flags only its writer's first line; a line round waits on a later line).
+ * Checked while a wait is long: such a call then fails as a mismatch instead of timing out.
+ * The signature is read after the sequence number (acquire): read before, it could be the
+ * previous call's. */
 static int llForeign(const llCall* c, llFlag* f, uint64_t* theirs) {
   if (atomic_load_explicit(&f->seq, memory_order_acquire) != c->seq) return 0;
   *theirs = f->sig;
@@ -760,7 +762,6 @@ static ncclxResult_t llCrossCheck(const llCall* c) {
   for (int i = 0; i < 2; i++)
     if (llForeign(c, &first[i]->flag, &theirs))
       return llMismatch(c->comm, c->a, (int)((theirs >> 32) & 0xff), theirs);
-  if (!c->cell) return ncclxSuccess;
   for (int r = 0; r < c->comm->nranks; r++) { /* a bank call: every writer's first line */
     llLine* line = c->bank + (size_t)r * b->perRegion;
     if (llForeign(c, &line->flag, &theirs)) {
@@ -898,9 +899,10 @@ static ncclxResult_t llGatherRound(struct ncclxComm* comm, struct ncclxLLBoard* 
 /* One round of a bulk broadcast: bytes [off, off + len) of the root's buffer, through the
  * whole bulk bank (every rank's region of it). The root copies them in once and every other
  * rank copies them out once (with non-temporal stores if streamOut); the root's own copy
- * follows its flag, while the others read. */
+ * (if copyOwn) follows its flag, while the others read. */
 static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b,
-                                  const ncclxCollArgs* a, size_t off, size_t len, int streamOut) {
+                                  const ncclxCollArgs* a, size_t off, size_t len, int streamOut,
+                                  int copyOwn) {
   llCall c;
   char* bank = llBulkCall(comm, b, a, &c);
   char* recv = (char*)a->recvbuff + off;
@@ -910,7 +912,7 @@ static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b
     memcpy(bank, send, len);
     llWrite(&c, NULL, 0, 0, 0);
     llWakeSleepers(b);
-    if (recv != send) memmove(recv, send, len);
+    if (copyOwn) memcpy(recv, send, len);
   } else {
     NCCLX_CHECK(llRead(&c, a->root, 0, 0, NULL));
     if (streamOut) copyNonTemporal(recv, bank, len);
@@ -958,8 +960,14 @@ static ncclxResult_t llBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   if (a->coll == NCCLX_COLL_BROADCAST) {
     size_t round = llBcastBulkBytes(comm->nranks);
     int streamOut = (size_t)comm->nranks * total >= LL_STREAM_HOST_BYTES;
+    /* The root copies its own round by round, unless the buffers partly overlap: then a
+     * round's copy could change what a later round sends, and it follows the last round. */
+    int root = comm->rank == a->root, inPlace = a->recvbuff == a->sendbuff;
+    int late = root && !inPlace && collRangesOverlap(a->sendbuff, total, a->recvbuff, total);
     for (size_t off = 0; off < total; off += round)
-      NCCLX_CHECK(llBcastRound(comm, b, a, off, total - off < round ? total - off : round, streamOut));
+      NCCLX_CHECK(llBcastRound(comm, b, a, off, total - off < round ? total - off : round, streamOut,
+                               root && !inPlace && !late));
+    if (late) memmove(a->recvbuff, a->sendbuff, total);
     return ncclxSuccess;
   }
   for (size_t off = 0; off < total; off += b->bulkBytes)

@@ -1,4 +1,6 @@
 /* Small helpers shared by the collective algorithms (declared in coll.h). */
+#include <stdint.h>
+
 #include "coll.h"
 #include "xfer.h"
 
@@ -8,6 +10,11 @@ ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sen
   if (recvBytes == 0) recvPeer = -1;
   if (sendPeer < 0 && recvPeer < 0) return ncclxSuccess;
   return xferSendRecv(comm, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes);
+}
+
+int collRangesOverlap(const void* a, size_t alen, const void* b, size_t blen) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return alen && blen && x < y + blen && y < x + alen;
 }
 
 size_t collPieceBytes(const struct ncclxComm* comm) {

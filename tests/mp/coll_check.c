@@ -645,6 +645,33 @@ static void smallBroadcastRun(void) {
   for (int i = 0; i < 600; i++) runBroadcast(ncclxInt8, (size_t)(i % 65), 0, 0, 0, 0);
 }
 
+/* A root whose recvbuff partly overlaps its sendbuff (recv = send + shift, shift may be
+ * negative): the broadcast must still carry what sendbuff held when the call was made, to
+ * every rank. 4 MiB goes through the LL board's bulk area (in rounds, on the tuner's choice
+ * or forced), 256 KiB through the simple protocol's tree at 2 ranks. */
+static void runBroadcastShifted(size_t bytes, long shift, int root) {
+  Case c = newCase("broadcast (shifted recvbuff)", ncclxInt8, -1, bytes, 0, root, 0, 0);
+  uint64_t seed = g.caseNo;
+  size_t span = bytes + (size_t)labs(shift);
+  mpBuf b;
+  mpBufAlloc(&b, span, 0);
+  unsigned char* send = b.ptr + (shift < 0 ? (size_t)-shift : 0);
+  unsigned char* recv = send + shift;
+  if (g.rank == root) fillPattern(send, bytes, seed, (uint64_t)root, 0);
+  CALL(ncclxBroadcast(send, recv, bytes, ncclxInt8, root, g.comm, NULL));
+  checkPattern(&c, "recvbuff", recv, bytes, 0, seed, (uint64_t)root, 0);
+  checkGuards(&c, "buffer guard", &b);
+  mpBufFree(&b);
+  finishCase(&c);
+}
+
+static void shiftedBroadcasts(void) {
+  size_t sizes[2] = {(size_t)4 << 20, (size_t)256 << 10};
+  long shifts[2] = {4096, -12289};
+  for (int si = 0; si < 2; si++)
+    for (int k = 0; k < 2; k++) runBroadcastShifted(sizes[si], shifts[k], (si + k) % g.nranks);
+}
+
 /* Byte offset 1: misaligned for fp16, harmless for 8-bit types; the library must not rely
  * on natural alignment. */
 static void misalignedCases(void) {
@@ -911,6 +938,8 @@ int main(int argc, char** argv) {
   section("byte-misaligned buffers", &ts);
   smallBroadcastRun();
   section("small broadcasts in a row", &ts);
+  shiftedBroadcasts();
+  section("partly overlapping broadcasts", &ts);
   runBarrier();
   splitParity();
   splitNoColor();

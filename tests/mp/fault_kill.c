@@ -34,8 +34,9 @@
  *                            MP_FAULT_BCAST_RANK1 sets rank 1's count instead: with
  *                            MP_FAULT_COUNT=4 (16 bytes: one 16-byte cell of the LL board's
  *                            ring) and 16, 20 or the other way round, rank 1 and the root use
- *                            different cells or one the ring and the other a bank, and rank 1
- *                            must still fail saying the calls differ.
+ *                            different cells or one the ring and the other a bank (with 8192
+ *                            and 100: the bulk area and a bank of lines), and rank 1 must
+ *                            still fail saying the calls differ.
  *                            MP_FAULT_BCAST_AT=509 first moves the ring position to cell 509 with
  *                            one-cell broadcasts, so that the 4-cell call starts over at cell 0.
  *   fault_kill bcast-skip    (NCCLX_PROTO=ll) rank 1 skips an 80-byte broadcast (a bank of the
