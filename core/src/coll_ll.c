@@ -155,6 +155,7 @@ struct ncclxLLBoard {
   uint64_t knownDone; /* every rank has finished at least this call */
   int unlinked;
   int bulkReady; /* this rank made sure the bulk area's pages exist (llBulkPopulate) */
+  ncclxSharedCopy bulkCopy; /* this rank's copies into the bulk area: plain or non-temporal */
   int* pidfds; /* per rank, opened when a wait on that rank gets long; -1 if not (yet) */
 };
 
@@ -882,7 +883,8 @@ static ncclxResult_t llGatherRound(struct ncclxComm* comm, struct ncclxLLBoard* 
   llCall c;
   char* bank = llBulkCall(comm, b, a, &c);
   NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
-  memcpy(bank + (size_t)me * b->bulkBytes, (const char*)a->sendbuff + off, len);
+  copyToShared(&b->bulkCopy, NCCLX_NT_AUTO, bank + (size_t)me * b->bulkBytes,
+               (const char*)a->sendbuff + off, len);
   llWrite(&c, NULL, 0, 0, 0); /* the flag line, stored after the bytes (release) */
   llWakeSleepers(b);
   char* recv = a->recvbuff;
@@ -909,7 +911,7 @@ static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b
   if (comm->rank == a->root) {
     const char* send = (const char*)a->sendbuff + off;
     NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
-    memcpy(bank, send, len);
+    copyToShared(&b->bulkCopy, NCCLX_NT_AUTO, bank, send, len);
     llWrite(&c, NULL, 0, 0, 0);
     llWakeSleepers(b);
     if (copyOwn) memcpy(recv, send, len);

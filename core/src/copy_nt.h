@@ -13,6 +13,10 @@
  * 1.4x in the good state: the shared-memory transport switches to it only while its plain
  * copies are slow (copyToSlot in shm_data.c).
  *
+ * copyToShared makes that choice for a writer of shared memory: plain copies while they run
+ * fast, non-temporal ones for a while after two slow plain copies in a row. The
+ * shared-memory transport's slots and the LL board's bulk area both use it.
+ *
  * Header only: the shared-memory transport stays self-contained. SSE2 is part of x86-64, so
  * no CPU dispatch is needed; elsewhere it is memcpy. */
 #ifndef NCCLX_COPY_NT_H
@@ -21,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -50,6 +55,53 @@ static inline void copyNonTemporal(void* dst, const void* src, size_t n) {
 #else
   memcpy(dst, src, n);
 #endif
+}
+
+/* How copyToShared copies: [net.shm] nontemporal = auto | always | never. */
+enum { NCCLX_NT_AUTO = 0, NCCLX_NT_ALWAYS = 1, NCCLX_NT_NEVER = 2 };
+
+/* Two slow plain copies in a row (one alone may be a preemption) turn the next
+ * NCCLX_NT_COPIES large copies into non-temporal ones, which are as fast in either state but
+ * leave the reader to read from memory (up to 1.4x slower than a plain copy at its best).
+ * Then a plain copy is tried again: the slow stretches end. Plain copies under ~3 GB/s are
+ * slow (~25 at best). */
+#define NCCLX_NT_COPIES 256u
+#define NCCLX_SLOW_COPY_BYTES_PER_NS 3
+
+/* One writer's state (not shared: each rank keeps its own per slot ring or board). */
+typedef struct {
+  uint32_t ntLeft;  /* copies left to make with non-temporal stores */
+  uint32_t slowRun; /* slow plain copies in a row */
+} ncclxSharedCopy;
+
+/* Records a plain copy of len bytes that took ns. */
+static inline void sharedCopyRecord(ncclxSharedCopy* s, size_t len, uint64_t ns) {
+  s->slowRun = ns * NCCLX_SLOW_COPY_BYTES_PER_NS > len ? s->slowRun + 1 : 0;
+  if (s->slowRun >= 2) {
+    s->ntLeft = NCCLX_NT_COPIES;
+    s->slowRun = 0;
+  }
+}
+
+static inline uint64_t sharedCopyNowNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Copies len bytes into shared memory another core reads next (mode: NCCLX_NT_*). Copies
+ * under NCCLX_COPY_NT_MIN are always plain. */
+static inline void copyToShared(ncclxSharedCopy* s, int mode, void* dst, const void* src, size_t len) {
+  if (len < NCCLX_COPY_NT_MIN || mode == NCCLX_NT_NEVER) {
+    memcpy(dst, src, len);
+  } else if (s->ntLeft > 0 || mode == NCCLX_NT_ALWAYS) {
+    s->ntLeft -= s->ntLeft > 0;
+    copyNonTemporal(dst, src, len);
+  } else {
+    uint64_t start = sharedCopyNowNs();
+    memcpy(dst, src, len);
+    sharedCopyRecord(s, len, sharedCopyNowNs() - start);
+  }
 }
 
 #endif

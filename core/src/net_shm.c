@@ -58,7 +58,7 @@ static ncclxResult_t badKey(const ncclxPluginEnv_t* env, const char* key, const 
   return ncclxInvalidUsage;
 }
 
-/* Values of single_copy (SHM_PREF_* order) and nontemporal (SHM_NT_* order). */
+/* Values of single_copy (SHM_PREF_* order) and nontemporal (NCCLX_NT_* order, copy_nt.h). */
 static const char* const copyModes[] = {"auto", "cma", "none"};
 static const char* const ntModes[] = {"auto", "always", "never"};
 
@@ -96,7 +96,7 @@ static ncclxResult_t readConfig(const ncclxPluginEnv_t* env, shmCtx* ctx) {
   if ((v = cfg->get(env->section, "single_copy")) != NULL &&
       (ctx->pref = choiceIndex(v, copyModes, 3)) < 0)
     return badKey(env, "single_copy", v, "auto, cma or none");
-  ctx->nontemporal = SHM_NT_AUTO;
+  ctx->nontemporal = NCCLX_NT_AUTO;
   if ((v = cfg->get(env->section, "nontemporal")) != NULL &&
       (ctx->nontemporal = choiceIndex(v, ntModes, 3)) < 0)
     return badKey(env, "nontemporal", v, "auto, always or never");

@@ -81,30 +81,11 @@ static int slotFree(shmComm* c) {
 }
 
 /* A plain copy into a slot the receiver has read before needs those lines back from its
- * core; at times (copy_nt.h) that makes it 10x slower, so two slow plain copies in a row
- * turn the next SHM_NT_COPIES large copies into non-temporal ones, which are as fast in
- * either case but leave the receiver to read from memory (up to 1.4x slower than a plain
- * copy at its best). Then a plain copy is tried again: the slow stretches end.
- * [net.shm] nontemporal = always | never fixes the choice. */
-#define SHM_NT_COPIES 256u
-#define SHM_SLOW_COPY_BYTES_PER_NS 3 /* plain copies under ~3 GB/s are slow (~25 at best) */
-static void copyToSlot(shmComm* c, void* dst, const void* src, size_t len) {
-  int nt = c->ctx->nontemporal;
-  if (len < NCCLX_COPY_NT_MIN || nt == SHM_NT_NEVER) {
-    memcpy(dst, src, len);
-  } else if (c->ntCopies > 0 || nt == SHM_NT_ALWAYS) {
-    c->ntCopies -= c->ntCopies > 0;
-    copyNonTemporal(dst, src, len);
-  } else {
-    uint64_t start = shmNowNs();
-    memcpy(dst, src, len);
-    uint64_t ns = shmNowNs() - start;
-    c->slowCopies = ns * SHM_SLOW_COPY_BYTES_PER_NS > len ? c->slowCopies + 1 : 0;
-    if (c->slowCopies >= 2) { /* one alone may be a preemption */
-      c->ntCopies = SHM_NT_COPIES;
-      c->slowCopies = 0;
-    }
-  }
+ * core; at times (copy_nt.h) that makes it 10x slower: copyToShared switches to
+ * non-temporal stores while plain copies are slow. [net.shm] nontemporal = always | never
+ * fixes the choice. */
+static inline void copyToSlot(shmComm* c, void* dst, const void* src, size_t len) {
+  copyToShared(&c->slotCopy, c->ctx->nontemporal, dst, src, len);
 }
 
 static inline void publish(shmComm* c, shmSlot* sl, uint32_t kind, const shmReq* r) {

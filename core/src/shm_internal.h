@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "copy_nt.h"
 #include "ncclx/net.h"
 
 #define SHM_LINE 64
@@ -50,7 +51,6 @@
 #define SHM_REQ_MAGIC 0x514d4853u
 
 enum { SHM_PREF_AUTO = 0, SHM_PREF_CMA = 1, SHM_PREF_NONE = 2 };
-enum { SHM_NT_AUTO = 0, SHM_NT_ALWAYS = 1, SHM_NT_NEVER = 2 }; /* [net.shm] nontemporal */
 enum { SHM_MODE_UNKNOWN = 0, SHM_MODE_CMA = 1, SHM_MODE_COPY = 2 };
 enum { SHM_BOX_FREE = 0, SHM_BOX_CLAIMED = 1, SHM_BOX_POSTED = 2 };
 enum {
@@ -161,7 +161,7 @@ typedef struct {
   size_t bufferBytes; /* payload area per connection */
   uint32_t nslots;
   int pref;              /* SHM_PREF_* */
-  int nontemporal;       /* SHM_NT_* */
+  int nontemporal;       /* NCCLX_NT_* (copy_nt.h) */
   size_t cmaChunk;       /* bytes per process_vm_readv call */
   int cmaLocalErr;       /* errno of the self-test at init, 0 when CMA works in this process */
   atomic_int loggedMode; /* last mode announced at INFO, to log each change once */
@@ -214,8 +214,7 @@ struct shmComm {
   /* Sender only. */
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
-  uint32_t ntCopies;   /* slot copies left to make with non-temporal stores (copyToSlot) */
-  uint32_t slowCopies; /* slow plain copies in a row */
+  ncclxSharedCopy slotCopy; /* plain or non-temporal copies into the slots (copyToSlot) */
   shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
   char name[SHM_NAME_MAX];
   uint8_t probe[SHM_PROBE_BYTES]; /* what the receiver's CMA test reads */

@@ -1,6 +1,8 @@
 /* copyNonTemporal (copy_nt.h): the same bytes as memcpy for every destination and source
  * alignment within 64 bytes and sizes around the 16-byte head, the 64-byte loop and the
- * tail, and nothing written outside the destination. */
+ * tail, and nothing written outside the destination. copyToShared's choice: two slow plain
+ * copies in a row (not one, not two apart) switch to NCCLX_NT_COPIES non-temporal ones, then
+ * plain again; every mode copies the right bytes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,39 @@
 
 #define GUARD 64
 #define MAX_BYTES (70 * 1024)
+
+static int sharedCopyChoice(void) {
+  int failures = 0;
+#define EXPECT(cond)                                                    \
+  do {                                                                  \
+    if (!(cond)) failures++, fprintf(stderr, "copyToShared: %s\n", #cond); \
+  } while (0)
+  const size_t len = (size_t)1 << 20;
+  const uint64_t slowNs = len, fastNs = len / 10; /* 1 and 10 bytes per ns */
+  ncclxSharedCopy s = {0, 0};
+  sharedCopyRecord(&s, len, slowNs);
+  EXPECT(s.ntLeft == 0 && s.slowRun == 1); /* one slow copy may be a preemption */
+  sharedCopyRecord(&s, len, fastNs);
+  EXPECT(s.ntLeft == 0 && s.slowRun == 0);
+  sharedCopyRecord(&s, len, slowNs);
+  sharedCopyRecord(&s, len, slowNs);
+  EXPECT(s.ntLeft == NCCLX_NT_COPIES && s.slowRun == 0);
+  /* Each non-temporal copy uses one up; copies below NCCLX_COPY_NT_MIN are plain and do not. */
+  static unsigned char a[(size_t)64 << 10], b[sizeof a];
+  for (size_t i = 0; i < sizeof a; i++) a[i] = (unsigned char)(i * 7 + 1);
+  copyToShared(&s, NCCLX_NT_AUTO, b, a, sizeof a);
+  EXPECT(s.ntLeft == NCCLX_NT_COPIES - 1 && memcmp(a, b, sizeof a) == 0);
+  copyToShared(&s, NCCLX_NT_AUTO, b, a, 100);
+  EXPECT(s.ntLeft == NCCLX_NT_COPIES - 1);
+  for (int mode = NCCLX_NT_AUTO; mode <= NCCLX_NT_NEVER; mode++) {
+    ncclxSharedCopy t = {0, 0};
+    memset(b, 0, sizeof b);
+    copyToShared(&t, mode, b, a, sizeof a);
+    EXPECT(memcmp(a, b, sizeof a) == 0);
+  }
+#undef EXPECT
+  return failures;
+}
 
 int main(void) {
   static const size_t sizes[] = {0, 1, 15, 16, 17, 63, 64, 65, 79, 127, 128, 129, 1000, 4096,
@@ -35,6 +70,8 @@ int main(void) {
       }
   free(src);
   free(dst);
-  printf("test_copy_nt: %d cases, %d failed\n", cases, failures);
+  int choice = sharedCopyChoice();
+  failures += choice;
+  printf("test_copy_nt: %d cases, %d failed; copyToShared's choice: %d failed\n", cases, failures - choice, choice);
   return failures ? 1 : 0;
 }
