@@ -899,9 +899,9 @@ static ncclxResult_t llGatherRound(struct ncclxComm* comm, struct ncclxLLBoard* 
 }
 
 /* One round of a bulk broadcast: bytes [off, off + len) of the root's buffer, through the
- * whole bulk bank (every rank's region of it). The root copies them in once and every other
- * rank copies them out once (with non-temporal stores if streamOut); the root's own copy
- * (if copyOwn) follows its flag, while the others read. */
+ * whole bulk bank (every rank's region of it). The root copies them in once (copyToShared:
+ * plain or non-temporal) and every other rank copies them out once (non-temporal if
+ * streamOut); the root's own copy (if copyOwn) follows its flag, while the others read. */
 static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b,
                                   const ncclxCollArgs* a, size_t off, size_t len, int streamOut,
                                   int copyOwn) {

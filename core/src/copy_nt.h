@@ -10,15 +10,15 @@
  * MiB in the good state and 250-560 in the bad one (docs/performance.md, session 7). The
  * reader then reads from memory instead of the writer's cache, which costs small copies
  * more than it saves (callers use it from NCCLX_COPY_NT_MIN bytes on) and large ones up to
- * 1.4x in the good state: the shared-memory transport switches to it only while its plain
- * copies are slow (copyToSlot in shm_data.c).
+ * 1.4x in the good state: so writers switch to it only while their plain copies are slow.
  *
  * copyToShared makes that choice for a writer of shared memory: plain copies while they run
  * fast, non-temporal ones for a while after two slow plain copies in a row. The
  * shared-memory transport's slots and the LL board's bulk area both use it.
  *
  * Header only: the shared-memory transport stays self-contained. SSE2 is part of x86-64, so
- * no CPU dispatch is needed; elsewhere it is memcpy. */
+ * no CPU dispatch is needed; elsewhere it is memcpy. clock_gettime needs POSIX.1b
+ * declarations: the build defines _GNU_SOURCE for every file. */
 #ifndef NCCLX_COPY_NT_H
 #define NCCLX_COPY_NT_H
 

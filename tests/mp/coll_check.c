@@ -647,10 +647,13 @@ static void smallBroadcastRun(void) {
 
 /* A root whose recvbuff partly overlaps its sendbuff (recv = send + shift, shift may be
  * negative): the broadcast must still carry what sendbuff held when the call was made, to
- * every rank. 4 MiB goes through the LL board's bulk area (in rounds, on the tuner's choice
+ * every rank. A positive shift writes ahead of what is still to be sent (a negative one
+ * only behind it, which a copy per round gets away with). 4 MiB goes through the LL board's bulk area (in rounds, on the tuner's choice
  * or forced), 256 KiB through the simple protocol's tree at 2 ranks. */
 static void runBroadcastShifted(size_t bytes, long shift, int root) {
-  Case c = newCase("broadcast (shifted recvbuff)", ncclxInt8, -1, bytes, 0, root, 0, 0);
+  /* Offsets from the buffer's start, so a failure shows the shift. */
+  Case c = newCase("broadcast (shifted recvbuff)", ncclxInt8, -1, bytes, 0, root,
+                   shift < 0 ? (size_t)-shift : 0, shift > 0 ? (size_t)shift : 0);
   uint64_t seed = g.caseNo;
   size_t span = bytes + (size_t)labs(shift);
   mpBuf b;

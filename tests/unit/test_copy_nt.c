@@ -1,8 +1,8 @@
 /* copyNonTemporal (copy_nt.h): the same bytes as memcpy for every destination and source
  * alignment within 64 bytes and sizes around the 16-byte head, the 64-byte loop and the
  * tail, and nothing written outside the destination. copyToShared's choice: two slow plain
- * copies in a row (not one, not two apart) switch to NCCLX_NT_COPIES non-temporal ones, then
- * plain again; every mode copies the right bytes. */
+ * copies in a row (not one, not two apart) switch to NCCLX_NT_COPIES non-temporal ones, each
+ * large copy using one up until none is left; every mode copies the right bytes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +26,8 @@ static int sharedCopyChoice(void) {
   EXPECT(s.ntLeft == 0 && s.slowRun == 1); /* one slow copy may be a preemption */
   sharedCopyRecord(&s, len, fastNs);
   EXPECT(s.ntLeft == 0 && s.slowRun == 0);
-  sharedCopyRecord(&s, len, slowNs);
+  sharedCopyRecord(&s, len, slowNs); /* slow, fast, slow: not two in a row */
+  EXPECT(s.ntLeft == 0 && s.slowRun == 1);
   sharedCopyRecord(&s, len, slowNs);
   EXPECT(s.ntLeft == NCCLX_NT_COPIES && s.slowRun == 0);
   /* Each non-temporal copy uses one up; copies below NCCLX_COPY_NT_MIN are plain and do not. */
@@ -36,6 +37,8 @@ static int sharedCopyChoice(void) {
   EXPECT(s.ntLeft == NCCLX_NT_COPIES - 1 && memcmp(a, b, sizeof a) == 0);
   copyToShared(&s, NCCLX_NT_AUTO, b, a, 100);
   EXPECT(s.ntLeft == NCCLX_NT_COPIES - 1);
+  for (uint32_t i = 1; i < NCCLX_NT_COPIES; i++) copyToShared(&s, NCCLX_NT_AUTO, b, a, sizeof a);
+  EXPECT(s.ntLeft == 0 && memcmp(a, b, sizeof a) == 0);
   for (int mode = NCCLX_NT_AUTO; mode <= NCCLX_NT_NEVER; mode++) {
     ncclxSharedCopy t = {0, 0};
     memset(b, 0, sizeof b);
