@@ -15,31 +15,6 @@
 
 static int realRank(int vrank, int root, int n) { return (vrank + root) % n; }
 
-#define ROOT_COPY_STEP ((size_t)256 << 10) /* bytes of the root's own copy per progress pass */
-
-/* Runs the root's transfers and, between their progress passes, copies sendbuff to recvbuff
- * a step at a time: the copy overlaps the sends instead of following them (after them it
- * doubled a 2-rank broadcast's time at 16 MiB and beyond). The sends only read src, so any
- * order is safe as long as the two buffers do not overlap. */
-static ncclxResult_t sendWhileCopying(struct ncclxComm* comm, ncclxXfer* x, int nx, char* dst,
-                                      const char* src, size_t bytes) {
-  ncclxXferRun run;
-  (void)xferStart(comm, x, nx, &run);
-  size_t copied = 0;
-  while (run.res == ncclxSuccess && (run.pending || copied < bytes)) {
-    int progress = 0;
-    if (run.pending && xferTest(&run, &progress) != ncclxSuccess) break;
-    if (copied < bytes) {
-      size_t len = bytes - copied < ROOT_COPY_STEP ? bytes - copied : ROOT_COPY_STEP;
-      memcpy(dst + copied, src + copied, len);
-      copied += len;
-    } else if (!progress) {
-      (void)xferIdle(&run);
-    }
-  }
-  return xferEnd(&run);
-}
-
 /* Pipelined one-to-many copy: receive the buffer from parent (unless < 0) into buf and
  * forward it to the children, all in one xferRun: each chunk goes on to the children as soon
  * as it has arrived, while later chunks are still coming. src is what this rank forwards
@@ -53,15 +28,12 @@ static ncclxResult_t pipelineForward(struct ncclxComm* comm, int parent, const i
     x[nx++] = (ncclxXfer){.peer = children[c], .isSend = 1, .buf = (void*)src, .bytes = bytes,
                           .sendAfter = parent >= 0 ? 1 : 0};
   if (parent >= 0 || src == buf) return nx ? xferRun(comm, x, nx) : ncclxSuccess;
-  /* Overlap only when every rank has a CPU (on a shared CPU the copy would take the time
-   * slices the children need: 4 ranks on 2 CPUs, 15% slower at 512 KiB-2 MiB), and when the
-   * buffers do not partly overlap (the sends must read src before the copy changes it). */
-  if (collRangesOverlap(src, bytes, buf, bytes) || comm->ranksPerHostMax > comm->hostCpusMin) {
-    NCCLX_CHECK(nx ? xferRun(comm, x, nx) : ncclxSuccess);
-    memmove(buf, src, bytes);
-    return ncclxSuccess;
-  }
-  return sendWhileCopying(comm, x, nx, buf, src, bytes);
+  /* A root: its own copy rides along with the sends (after them it doubled a 2-rank
+   * broadcast's time at 16 MiB and beyond), or follows them. */
+  if (collRootCopyAlongside(comm, src, buf, bytes)) return xferRunCopying(comm, x, nx, buf, src, bytes);
+  NCCLX_CHECK(nx ? xferRun(comm, x, nx) : ncclxSuccess);
+  memmove(buf, src, bytes);
+  return ncclxSuccess;
 }
 
 ncclxResult_t broadcastTree(struct ncclxComm* comm, const ncclxCollArgs* a) {

@@ -72,9 +72,10 @@ static void treeBuild(const struct ncclxHostMap* m, int rank, int root, int leve
 }
 
 /* Pipelined broadcast down t: piece j arrives from the parent while piece j-1 goes to the
- * children. src is what this rank forwards (the root's source, buf elsewhere). */
+ * children. src is what this rank forwards (the root's source, buf elsewhere). A root with
+ * copyTo also copies each piece there while it goes out (xferRunCopying). */
 static ncclxResult_t treeBcast(struct ncclxComm* comm, const hierTree* t, const char* src,
-                               char* buf, size_t bytes) {
+                               char* buf, size_t bytes, char* copyTo) {
   size_t piece = collPieceBytes(comm), npieces = (bytes + piece - 1) / piece;
   ncclxXfer x[HIER_MAX_CHILDREN + 1];
   for (size_t j = 0; j <= npieces; j++) {
@@ -88,6 +89,10 @@ static ncclxResult_t treeBcast(struct ncclxComm* comm, const hierTree* t, const 
       for (int c = 0; c < t->nchildren; c++)
         x[nx++] = (ncclxXfer){.peer = t->children[c], .isSend = 1, .buf = (void*)(src + off),
                               .bytes = len};
+      if (copyTo) {
+        NCCLX_CHECK(xferRunCopying(comm, x, nx, copyTo + off, src + off, len));
+        continue;
+      }
     }
     if (nx) NCCLX_CHECK(xferRun(comm, x, nx));
   }
@@ -147,8 +152,9 @@ ncclxResult_t broadcastHier(struct ncclxComm* comm, const ncclxCollArgs* a) {
   treeBuild(m, comm->rank, a->root, TREE_BOTH, &t);
   int isRoot = comm->rank == a->root;
   const char* src = isRoot ? (const char*)a->sendbuff : (const char*)a->recvbuff;
-  NCCLX_CHECK(treeBcast(comm, &t, src, a->recvbuff, bytes));
-  if (isRoot && a->recvbuff != a->sendbuff) memmove(a->recvbuff, a->sendbuff, bytes);
+  int alongside = isRoot && collRootCopyAlongside(comm, a->sendbuff, a->recvbuff, bytes);
+  NCCLX_CHECK(treeBcast(comm, &t, src, a->recvbuff, bytes, alongside ? a->recvbuff : NULL));
+  if (isRoot && !alongside && a->recvbuff != a->sendbuff) memmove(a->recvbuff, a->sendbuff, bytes);
   return ncclxSuccess;
 }
 
@@ -221,7 +227,7 @@ ncclxResult_t allreduceHier(struct ncclxComm* comm, const ncclxCollArgs* a) {
     NCCLX_CHECK(treeReduce(comm, &t, a->sendbuff, r == 0 ? recv : NULL, a->count, a->datatype,
                            a->op));
     if (r == 0 && a->op == ncclxAvg) ncclxAvgFinish(recv, a->count, a->datatype, comm->nranks);
-    return treeBcast(comm, &t, recv, recv, bytes);
+    return treeBcast(comm, &t, recv, recv, bytes, NULL);
   }
   treeBuild(m, r, 0, TREE_INTRA, &t); /* every host's tree is rooted at its leader */
   NCCLX_CHECK(treeReduce(comm, &t, a->sendbuff, r == leader ? recv : NULL, a->count,
@@ -230,7 +236,7 @@ ncclxResult_t allreduceHier(struct ncclxComm* comm, const ncclxCollArgs* a) {
     NCCLX_CHECK(leadersRing(comm, m, recv, a->count, a->datatype, a->op));
     if (a->op == ncclxAvg) ncclxAvgFinish(recv, a->count, a->datatype, comm->nranks);
   }
-  return treeBcast(comm, &t, recv, recv, bytes);
+  return treeBcast(comm, &t, recv, recv, bytes, NULL);
 }
 
 /* ---------------- allgather ---------------- */
@@ -288,5 +294,5 @@ ncclxResult_t allgatherHier(struct ncclxComm* comm, const ncclxCollArgs* a) {
   NCCLX_CHECK(res);
   hierTree t;
   treeBuild(m, r, 0, TREE_INTRA, &t);
-  return treeBcast(comm, &t, recv, recv, (size_t)comm->nranks * blk);
+  return treeBcast(comm, &t, recv, recv, (size_t)comm->nranks * blk, NULL);
 }

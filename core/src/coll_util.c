@@ -17,6 +17,12 @@ int collRangesOverlap(const void* a, size_t alen, const void* b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
+int collRootCopyAlongside(const struct ncclxComm* comm, const void* send, const void* recv,
+                          size_t bytes) {
+  return send != recv && !collRangesOverlap(send, bytes, recv, bytes) &&
+         comm->ranksPerHostMax <= comm->hostCpusMin;
+}
+
 size_t collPieceBytes(const struct ncclxComm* comm) {
   return comm->chunkBytes ? comm->chunkBytes : (size_t)1 << 20;
 }

@@ -484,6 +484,28 @@ ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* x, int n) {
   return xferEnd(&run);
 }
 
+#define XFER_COPY_STEP ((size_t)256 << 10) /* bytes of xferRunCopying's copy per pass */
+
+ncclxResult_t xferRunCopying(struct ncclxComm* comm, ncclxXfer* x, int n, void* dst,
+                             const void* src, size_t bytes) {
+  ncclxXferRun run;
+  struct xferState states[XFER_STACK_STATES];
+  (void)xferStartWith(comm, x, n, &run, states, XFER_STACK_STATES);
+  size_t copied = 0;
+  while (run.res == ncclxSuccess && (run.pending || copied < bytes)) {
+    int progress = 0;
+    if (run.pending && xferTest(&run, &progress) != ncclxSuccess) break;
+    if (copied < bytes) {
+      size_t len = bytes - copied < XFER_COPY_STEP ? bytes - copied : XFER_COPY_STEP;
+      memcpy((char*)dst + copied, (const char*)src + copied, len);
+      copied += len;
+    } else if (!progress) {
+      (void)xferIdle(&run);
+    }
+  }
+  return xferEnd(&run);
+}
+
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,
                            size_t sendBytes, int recvPeer, void* recvBuf, size_t recvBytes) {
   ncclxXfer x[2];

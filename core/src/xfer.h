@@ -62,6 +62,11 @@ typedef struct {
 #define XFER_MAX_INFLIGHT 4 /* messages in flight per transfer (<= size of ncclxXfer.reqs) */
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
+/* xferRun that also copies src to dst (bytes, not overlapping) in steps between progress
+ * passes, so a local copy rides along with transfers that only read src (a broadcast root's
+ * sendbuff to its recvbuff) instead of following them. */
+ncclxResult_t xferRunCopying(struct ncclxComm* comm, ncclxXfer* xfers, int n, void* dst,
+                             const void* src, size_t bytes);
 
 /* Private to xfer.c (here so that a run can be embedded). */
 struct xferState {
