@@ -60,10 +60,9 @@ ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sen
 /* Whether [a, a + alen) and [b, b + blen) share a byte (empty ranges share none). */
 int collRangesOverlap(const void* a, size_t alen, const void* b, size_t blen);
 /* Whether a broadcast root copies its sendbuff to recvbuff (bytes) alongside its sends
- * (xferRunCopying) rather than after them: out of place, not partly overlapping, and the
- * largest host's ranks no more than the fewest CPUs a rank may use (on a shared CPU the copy
- * would take the time slices the children need: 4 ranks on 2 CPUs, 15% slower at 512 KiB-2
- * MiB). Hosts emulated on one machine (NCCLX_CORE_HOST_ID) count as separate here. */
+ * (xferRunCopying) rather than after them: out of place, not partly overlapping, and
+ * commRanksOwnCpus (on a shared CPU the copy would take the time slices the children need:
+ * 4 ranks on 2 CPUs, 15% slower at 512 KiB-2 MiB). */
 int collRootCopyAlongside(const struct ncclxComm* comm, const void* send, const void* recv,
                           size_t bytes);
 /* Bytes of one pipeline piece (the call's chunk, 1 MiB when unset), and the same in elements

@@ -19,8 +19,7 @@ int collRangesOverlap(const void* a, size_t alen, const void* b, size_t blen) {
 
 int collRootCopyAlongside(const struct ncclxComm* comm, const void* send, const void* recv,
                           size_t bytes) {
-  return send != recv && !collRangesOverlap(send, bytes, recv, bytes) &&
-         comm->ranksPerHostMax <= comm->hostCpusMin;
+  return send != recv && !collRangesOverlap(send, bytes, recv, bytes) && commRanksOwnCpus(comm);
 }
 
 size_t collPieceBytes(const struct ncclxComm* comm) {

@@ -151,4 +151,10 @@ void commRelease(struct ncclxComm* comm);
  * entry checks and this is a race in the application.) */
 int commExecLock(struct ncclxComm* comm);
 void commExecUnlock(struct ncclxComm* comm, int ref);
+
+/* Whether every rank has a CPU of its own: the largest host's ranks fit the fewest CPUs any
+ * rank may use (the same answer on every rank; hosts emulated on one machine count apart). */
+static inline int commRanksOwnCpus(const struct ncclxComm* comm) {
+  return comm->ranksPerHostMax <= comm->hostCpusMin;
+}
 #endif

@@ -183,7 +183,7 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
   for (int i = 0; i < *nvalid; i++)
     if (best < 0 || table[valid[i]] < best) best = table[valid[i]];
   if (best < 0) return;
-  int ownCpu = comm->ranksPerHostMax <= comm->hostCpusMin;
+  int ownCpu = commRanksOwnCpus(comm);
   double ratio;
   if (coll == NCCLX_COLL_ALLGATHER) {
     ratio = n / (2 * (n - 1)) * (ownCpu ? 4.0 : 1.0);
