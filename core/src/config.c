@@ -106,7 +106,8 @@ static const char* intern(const char* s) {
 
 /* ---------- the known core keys ---------- */
 
-typedef enum { KEY_INT, KEY_BOOL, KEY_SIZE, KEY_PATH_LIST, KEY_NAME_LIST, KEY_NAME, KEY_LEVEL } KeyType;
+/* KEY_TEXT: any value (a host identity may hold commas, which KEY_NAME refuses). */
+typedef enum { KEY_INT, KEY_BOOL, KEY_SIZE, KEY_PATH_LIST, KEY_NAME_LIST, KEY_NAME, KEY_LEVEL, KEY_TEXT } KeyType;
 
 typedef struct {
   const char* section;
@@ -120,12 +121,12 @@ static const KnownKey knownKeys[] = {
     {"core", "lazy_connect", KEY_BOOL, 0, 0},
     {"core", "chunk_bytes", KEY_SIZE, 4096, 1LL << 30},
     {"core", "shm", KEY_BOOL, 0, 0},
-    {"core", "host_id", KEY_NAME, 0, 0},
+    {"core", "host_id", KEY_TEXT, 0, 0},
     {"core", "plugin_path", KEY_PATH_LIST, 0, 0},
     {"core", "check_mismatch", KEY_BOOL, 0, 0},
     {"core", "ll_max_bytes", KEY_SIZE, 0, 16384},
     {"net", "plugin", KEY_NAME_LIST, 0, 0},
-    {"net", "device", KEY_INT, 0, INT_MAX},
+    {"net", "device", KEY_INT, 0, NCCLX_NET_DEVICE_MAX},
     {"tuner", "plugin", KEY_NAME, 0, 0},
     {"tuner", "model", KEY_PATH_LIST, 0, 0},
     {"profiler", "plugin", KEY_NAME, 0, 0},
@@ -202,6 +203,7 @@ static int validateValue(const KnownKey* k, const char* value, char* msg, size_t
       }
     }
     case KEY_PATH_LIST:
+    case KEY_TEXT:
       return 1;
   }
   return 1;

@@ -15,6 +15,9 @@ ncclxResult_t ncclxConfigLoad(void);
 /* Path of the file in use, or "(built-in defaults)". */
 const char* ncclxConfigSource(void);
 
+/* The largest `[net] device` index: checked when the file loads and when it is read. */
+#define NCCLX_NET_DEVICE_MAX (1 << 20)
+
 /* Raw lookups: environment override first, then the file, then NULL. */
 const char* ncclxConfigGet(const char* section, const char* key);
 /* Typed lookups with the default when unset; a malformed value is an error naming where it

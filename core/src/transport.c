@@ -55,7 +55,7 @@ ncclxResult_t transportsOpen(struct ncclxComm* comm) {
   net->net = inst.net;
   net->ctx = inst.ctx;
   long dev = 0;
-  NCCLX_CHECK(ncclxConfigGetInt("net", "device", 0, 0, 1 << 20, &dev));
+  NCCLX_CHECK(ncclxConfigGetInt("net", "device", 0, 0, NCCLX_NET_DEVICE_MAX, &dev));
   if (dev >= inst.ndev)
     return ncclxSetError(ncclxInvalidUsage, "[net] device = %ld but network '%s' has %d device(s)",
                          dev, inst.net->name, inst.ndev);

@@ -143,6 +143,7 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
   const TuneModel* m = tuneModelGet();
   int tp = tuneModelTransport(comm);
   double bytes = (double)callBytes;
+  int ownCpu = commRanksOwnCpus(comm);
   for (int i = 0; i < NCCLX_NUM_ALGOS * NCCLX_NUM_PROTOS; i++) table[i] = NCCLX_TUNER_IGNORE;
   *nvalid = 0;
   for (int a = 0; a < NCCLX_NUM_ALGOS; a++) {
@@ -154,7 +155,7 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
                             m->link[NCCLX_TP_SHM].betaUsPerByte, m->link[NCCLX_TP_NET].alphaUs,
                             m->link[NCCLX_TP_NET].betaUsPerByte, m->gammaUsPerByte);
     else
-      c = tuneModelCost(m, tp, coll, a, comm->nranks, bytes, (double)comm->chunkBytes);
+      c = tuneModelCost(m, tp, coll, a, comm->nranks, bytes, (double)comm->chunkBytes, !ownCpu);
     if (c < 0) continue;
     table[a * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE] = (float)c;
     valid[(*nvalid)++] = a * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE;
@@ -183,7 +184,6 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
   for (int i = 0; i < *nvalid; i++)
     if (best < 0 || table[valid[i]] < best) best = table[valid[i]];
   if (best < 0) return;
-  int ownCpu = commRanksOwnCpus(comm);
   double ratio;
   if (coll == NCCLX_COLL_ALLGATHER) {
     ratio = n / (2 * (n - 1)) * (ownCpu ? 4.0 : 1.0);

@@ -45,7 +45,8 @@ int tuneModelTransport(const struct ncclxComm* comm);
 /* Estimated microseconds of (coll, algo) moving S bytes (the nccl-tests size) on p ranks
  * with pipeline chunks of `chunk` bytes over link tp; < 0 when the model has no entry.
  * Hierarchical algorithms are costed by collHierModelCost (coll_hier.h), which needs the
- * communicator's host layout; tune.c calls it with both links of the model. */
+ * communicator's host layout; tune.c calls it with both links of the model. sharedCpus:
+ * the host has fewer CPUs than ranks (commRanksOwnCpus() is false). */
 double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo, int p,
-                     double S, double chunk);
+                     double S, double chunk, int sharedCpus);
 #endif

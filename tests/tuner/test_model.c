@@ -280,7 +280,7 @@ static void testShmChoices(void) {
     for (int a = 0; a < NCCLX_NUM_ALGOS; a++) {
       if (!collAlgoSupportedOn(&shm, NCCLX_COLL_ALLREDUCE, a)) continue;
       double cost = tuneModelCost(m, NCCLX_TP_SHM, NCCLX_COLL_ALLREDUCE, a, 4, (double)bytes,
-                                  512.0 * 1024);
+                                  512.0 * 1024, !commRanksOwnCpus(&shm));
       if (cost >= 0 && (best < 0 || cost < bestCost)) best = a, bestCost = cost;
     }
     CHECK(choose(&shm, NCCLX_COLL_ALLREDUCE, bytes / 4) == best);
@@ -419,6 +419,12 @@ static void testSharedCpusFromComm(void) {
   memset(&a, 0, sizeof a);
   a.coll = NCCLX_COLL_ALLGATHER, a.count = 1 << 16, a.datatype = ncclxFloat32; /* 256 KiB per rank */
   checkLLThenSimple(&few, &many, &a);
+  /* All-to-all: linear's exchanges all stand open, so it wins when ranks share CPUs; with a
+   * CPU each, pairwise's bytes are cheaper (tuneModelCost). */
+  for (size_t count = 1 << 16; count <= (1 << 20); count *= 4) {
+    CHECK(choose(&few, NCCLX_COLL_ALLTOALL, count) == NCCLX_ALGO_LINEAR);
+    CHECK(choose(&many, NCCLX_COLL_ALLTOALL, count) == NCCLX_ALGO_PAIRWISE);
+  }
 }
 
 static void testToolHooks(void) {

@@ -85,6 +85,7 @@ static void testGoodFile(void) {
                             "lazy_connect = off\n"
                             "chunk_bytes = 1M\n"
                             "  plugin_path = /a:/b\n"
+                            "host_id = rack1,node3\n"
                             "[net]\n"
                             "plugin = ib, ofi ,socket\n"
                             "device = 1\n"
@@ -108,6 +109,8 @@ static void testGoodFile(void) {
   CHECK(ncclxConfigGetBool("core", "lazy_connect", 1, &b) == ncclxSuccess && b == 0);
   CHECK(ncclxConfigGetSize("core", "chunk_bytes", 1, &sz) == ncclxSuccess && sz == 1048576);
   CHECK(ncclxConfigGet("core", "plugin_path") && strcmp(ncclxConfigGet("core", "plugin_path"), "/a:/b") == 0);
+  /* A host identity is free text: commas are part of it, not a list (KEY_TEXT). */
+  CHECK(ncclxConfigGet("core", "host_id") && strcmp(ncclxConfigGet("core", "host_id"), "rack1,node3") == 0);
   CHECK(ncclxConfigGet("net", "plugin") && strcmp(ncclxConfigGet("net", "plugin"), "ib, ofi ,socket") == 0);
   CHECK(ncclxConfigGet("NET.OFI", "Provider") && strcmp(ncclxConfigGet("net.ofi", "provider"), "tcp") == 0);
   /* Unset keys: NULL raw, the default typed. */
@@ -125,7 +128,7 @@ static void testGoodFile(void) {
   while (ncclxConfigApi.entry(sec, n, &k, &v, &w)) {
     if (n == 0) {
       CHECK(strcmp(k, "provider") == 0 && strcmp(v, "tcp") == 0);
-      snprintf(expectWhere, sizeof(expectWhere), "%s:16", path);
+      snprintf(expectWhere, sizeof(expectWhere), "%s:17", path);
       CHECK(strcmp(w, expectWhere) == 0);
     }
     n++;
@@ -181,6 +184,8 @@ static void testBadValues(void) {
   expectBadValue("[core]\nchunk_bytes = 1K\n", 2, "[core] chunk_bytes", "out of range");
   expectBadValue("[net]\nplugin = ib,,socket\n", 2, "[net] plugin", "empty name");
   expectBadValue("[net]\ndevice = x\n", 2, "[net] device", "not an integer");
+  /* The load-time bound is the one transportsOpen reads with (NCCLX_NET_DEVICE_MAX). */
+  expectBadValue("[net]\ndevice = 1048577\n", 2, "[net] device", "out of range [0, 1048576]");
   expectBadValue("[tuner]\nplugin = a,b\n", 2, "[tuner] plugin", "one plugin name");
   expectBadValue("[debug]\nlevel = LOUD\n", 2, "[debug] level", "not one of");
 
