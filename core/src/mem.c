@@ -4,6 +4,7 @@
 
 #include "comm.h"
 #include "debug.h"
+#include "net_shm.h"
 
 #define API __attribute__((visibility("default")))
 #define REG_MAGIC 0x6e6378726567ull
@@ -19,14 +20,17 @@ API ncclxResult_t ncclxMemAlloc(void** ptr, size_t size) {
   if (!ptr) return ncclxSetError(ncclxInvalidArgument, "ncclxMemAlloc: ptr is NULL");
   *ptr = NULL;
   if (size == 0) return ncclxSetError(ncclxInvalidArgument, "ncclxMemAlloc: size is 0");
-  /* Page alignment lets a shared-memory or RDMA transport map or register it whole. */
+  /* Large buffers live in shared memory a same-host peer can map, so the shm transport moves
+   * a message out of them with one copy (shm_mem.c); ordinary memory when that is refused.
+   * Page alignment lets a transport map or register either whole. */
+  if (size >= NCCLX_SHM_MAPPED_MIN && (*ptr = ncclxShmMemAlloc(size)) != NULL) return ncclxSuccess;
   if (posix_memalign(ptr, 4096, size) != 0)
     return ncclxSetError(ncclxSystemError, "ncclxMemAlloc: cannot allocate %zu bytes", size);
   return ncclxSuccess;
 }
 
 API ncclxResult_t ncclxMemFree(void* ptr) {
-  free(ptr);
+  if (!ncclxShmMemFree(ptr)) free(ptr);
   return ncclxSuccess;
 }
 

@@ -216,6 +216,12 @@ int ncclxShmCommMode(void* comm) {
   return c->mode;
 }
 
+long long ncclxShmCommMappedMessages(void* comm) {
+  uint32_t kind = comm ? *(const uint32_t*)comm : 0;
+  if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return -1;
+  return (long long)((shmComm*)comm)->mappedMessages;
+}
+
 void ncclxShmPreferCopy(void* sendComm, int prefer) {
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND || c->ctx->pref != SHM_PREF_AUTO) return;

@@ -17,6 +17,9 @@
  *
  * Messages (in order, one ring per connection; see shm_data.c):
  *   <= slot size:           copied into a slot and out again; <= 32 B ride with the flag.
+ *   larger, in an ncclxMemAlloc buffer of the sender: the receiver maps that allocation (a
+ *                           memfd, opened through /proc/<pid>/fd, cached per connection) and
+ *                           copies the message out with one memcpy (SHM_MSG_MAPPED).
  *   larger, CMA available:  the receiver reads the sender's buffer with process_vm_readv
  *                           (in cma_chunk_bytes pieces) straight into the user buffer,
  *                           unless the core asked this connection for double copy.
@@ -45,11 +48,12 @@
  *                    connection, created by the sender. At 8 ranks a rank creates 7 of them
  *                    per communicator: ~7.1 MiB per rank (each mapped by both ends).
  *   slots            slots per connection, a power of two 4 .. 4096. Default 16.
- *   single_copy      auto (CMA when process_vm_readv works, probed on each connection, and
- *                    the core wants it: see ncclxShmPreferCopy),
+ *   single_copy      auto (mapped ncclxMemAlloc buffers when the receiver can open them,
+ *                    probed on each connection; CMA when process_vm_readv works, probed
+ *                    likewise, and the core wants it: see ncclxShmPreferCopy),
  *                    cma (required: a connection where it fails is refused with
- *                    ncclxInvalidUsage), none (always double copy). Default auto. Either
- *                    side's "none" wins.
+ *                    ncclxInvalidUsage; mapped buffers as with auto), none (always double
+ *                    copy, never mapped). Default auto. Either side's "none" wins.
  *   cma_chunk_bytes  bytes per process_vm_readv call. Size, 4K .. 1G. Default 1M.
  */
 #ifndef NCCLX_NET_SHM_H
@@ -58,6 +62,19 @@
 #include "ncclx/net.h"
 
 extern const ncclxNet_v1_t ncclxNetShm;
+
+/* ncclxMemAlloc's allocations of NCCLX_SHM_MAPPED_MIN bytes or more: memory behind a memfd,
+ * which a same-host receiver maps to copy a message out with one memcpy (shm_mem.c). NULL
+ * when the system refuses one (the caller then uses ordinary memory). Such memory is shared
+ * with a child forked after the allocation, like any MAP_SHARED mapping. */
+#define NCCLX_SHM_MAPPED_MIN ((size_t)64 << 10)
+void* ncclxShmMemAlloc(size_t bytes);
+/* Releases p and returns 1 when ncclxShmMemAlloc made it, else returns 0. */
+int ncclxShmMemFree(void* p);
+
+/* Test hook: messages a sendComm sent, or a recvComm received, through mapped buffers; -1
+ * when comm is not a shm comm. */
+long long ncclxShmCommMappedMessages(void* comm);
 
 /* Test hook: copy mode of a sendComm or recvComm: 1 single copy (CMA), 2 double copy,
  * 0 not known yet (a sendComm whose receiver has not accepted), -1 not a shm comm. */

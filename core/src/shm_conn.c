@@ -239,6 +239,8 @@ static ncclxResult_t sendCreate(shmComm* c, const shmHandle* h) {
   hdr->senderPref = ctx->pref;
   hdr->probeAddr = (uint64_t)(uintptr_t)c->probe;
   memcpy(hdr->probe, c->probe, SHM_PROBE_BYTES);
+  if (ctx->pref == SHM_PREF_NONE || shmMemProbe(&hdr->mapProbeFd, &hdr->mapProbeId) != 0)
+    hdr->mapProbeFd = -1;
   hdr->magic = SHM_CONN_MAGIC; /* published by the mailbox's release store */
   commMapSlots(c);
   c->freeLimit = c->nslots;
@@ -299,6 +301,7 @@ ncclxResult_t shmCheckAttached(shmComm* c) {
       return ncclxSuccess;
     case SHM_RECV_ATTACHED:
       c->mode = (int)c->hdr->mode;
+      c->mapOk = c->hdr->mapOk == 1;
       c->attached = 1;
       munmap(c->listen, sizeof(shmListenSeg));
       c->listen = NULL;
@@ -333,6 +336,8 @@ ncclxResult_t shmCloseSend(void* sendComm) {
  * ------------------------------------------------------------------------------------------ */
 
 static void recvDestroy(shmComm* c) {
+  for (int i = 0; i < SHM_MAP_CACHE; i++)
+    if (c->maps[i].base) munmap(c->maps[i].base, c->maps[i].bytes);
   if (c->hdr) munmap(c->hdr, c->mapBytes);
   if (c->bellWait >= 0) close(c->bellWait);
   if (c->bellRing >= 0) close(c->bellRing);
@@ -384,6 +389,31 @@ static ncclxResult_t chooseMode(shmComm* c, char* why, size_t whyLen) {
   }
   c->mode = SHM_MODE_COPY;
   return ncclxSuccess;
+}
+
+/* Peer-mapped messages need the sender's memfds opened through /proc/<pid>/fd (the same
+ * ptrace access check as reading its memory): map its probe allocation to find out. */
+static void chooseMapped(shmComm* c, char* why, size_t whyLen) {
+  const shmConnHdr* hdr = c->hdr;
+  c->mapOk = 0;
+  if (c->ctx->pref == SHM_PREF_NONE || hdr->senderPref == SHM_PREF_NONE) {
+    snprintf(why, whyLen, "single_copy = none");
+    return;
+  }
+  if (hdr->mapProbeFd < 0) {
+    snprintf(why, whyLen, "the sender has no shared allocations");
+    return;
+  }
+  shmMemRef probe = {.id = hdr->mapProbeId, .bytes = SHM_PAGE, .fd = hdr->mapProbeFd};
+  char* base = NULL;
+  int err = shmMemMapPeer(c->peerPid, &probe, &base);
+  if (err) {
+    snprintf(why, whyLen, "cannot map pid %d's probe allocation: %s", (int)c->peerPid, strerror(err));
+    return;
+  }
+  munmap(base, SHM_PAGE);
+  snprintf(why, whyLen, "the sender's ncclxMemAlloc buffers map");
+  c->mapOk = 1;
 }
 
 /* Checks the header of a segment named in a mailbox before trusting any of it. */
@@ -458,18 +488,26 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
     recvDestroy(c);
     return res;
   }
+  char whyMapped[160];
+  chooseMapped(c, whyMapped, sizeof(whyMapped));
   commMapSlots(c);
   c->mySleeping = &hdr->recvSleeping;
   c->peerSleeping = &hdr->sendSleeping;
   c->pidfd = shmPidOpen(c->peerPid);
   hdr->mode = (uint32_t)c->mode;
+  hdr->mapOk = (uint32_t)c->mapOk;
   hdr->recvPid = (int32_t)getpid();
   atomic_store(&hdr->recvState, SHM_RECV_ATTACHED);
   if (atomic_exchange(c->peerSleeping, 0)) shmBellRing(c->bellRing); /* a sender waiting for the mode */
-  if (atomic_exchange(&ctx->loggedMode, c->mode) != c->mode)
-    SHM_INFO(ctx, "%s possible for messages above %zu bytes (%s); %u slots of %zu bytes per connection",
-             modeName(c->mode), c->payloadBytes, why, c->nslots, c->payloadBytes);
-  SHM_TRACE(ctx, "accept: connection from pid %d, %s", (int)c->peerPid, modeName(c->mode));
+  int logged = 2 * c->mode + c->mapOk;
+  if (atomic_exchange(&ctx->loggedMode, logged) != logged)
+    SHM_INFO(ctx,
+             "%s possible for messages above %zu bytes (%s); single copy from mapped ncclxMemAlloc "
+             "buffers %s (%s); %u slots of %zu bytes per connection",
+             modeName(c->mode), c->payloadBytes, why, c->mapOk ? "on" : "off", whyMapped, c->nslots,
+             c->payloadBytes);
+  SHM_TRACE(ctx, "accept: connection from pid %d, %s, mapped buffers %s", (int)c->peerPid,
+            modeName(c->mode), c->mapOk ? "on" : "off");
   *recvComm = c;
   return ncclxSuccess;
 }

@@ -4,9 +4,11 @@
  * The sender fills a slot and stores full = seq + 1; the receiver, taking messages strictly
  * in order, copies out and stores done = seq + 1, which frees the slot. A message is
  *  - INLINE when it fits a slot: copied in and out (bytes <= 32 ride in the flag's cache line);
+ *  - MAPPED when larger and in an ncclxMemAlloc allocation the receiver can map (shm_mem.c):
+ *    the slot names the allocation, the receiver maps it (once per connection, cached) and
+ *    copies the message out with memcpy; `done` is the ack that completes the send;
  *  - CMA when larger and single copy works: the slot carries the sender's address and the
- *    receiver reads it with process_vm_readv straight into the user buffer; `done` is the ack
- *    that completes the send;
+ *    receiver reads it with process_vm_readv straight into the user buffer; `done` acks it;
  *  - FRAG_FIRST/FRAG_NEXT otherwise: cut into slot-sized pieces, pipelined through the ring.
  *
  * Nothing here makes a system call on the fast path. A side that finds nothing to do for
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "copy_nt.h"
@@ -110,13 +113,18 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
     return 1;
   }
   if (!c->attached && (shmCheckAttached(c) != ncclxSuccess || !c->attached)) return 0; /* mode unknown yet */
-  if (c->mode == SHM_MODE_CMA && !c->preferCopy) {
+  /* One memcpy by the receiver beats both CMA and two copies, whatever the CPUs. */
+  shmMemRef ref;
+  int mapped = c->mapOk && shmMemFind(r->data, r->size, &ref);
+  if (mapped || (c->mode == SHM_MODE_CMA && !c->preferCopy)) {
     if (!slotFree(c)) return 0;
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;
+    if (mapped) memcpy(sl->s.tiny, &ref, sizeof(ref));
     r->ackSeq = c->seq;
-    publish(c, sl, SHM_MSG_CMA, r);
+    publish(c, sl, mapped ? SHM_MSG_MAPPED : SHM_MSG_CMA, r);
     r->state = SHM_REQ_WAIT_ACK;
+    c->mappedMessages += (uint64_t)mapped;
     *published = 1;
     return 1;
   }
@@ -206,6 +214,58 @@ static int cmaRead(shmComm* c, shmReq* r, shmSlot* sl) {
   return r->off == r->got;
 }
 
+/* The base of the sender's allocation ref in this process, mapping it on first use (the
+ * least recently used of SHM_MAP_CACHE is unmapped to make room); 0, or an errno. */
+static int mapOf(shmComm* c, const shmMemRef* ref, char** base) {
+  shmMapEntry* victim = &c->maps[0];
+  for (int i = 0; i < SHM_MAP_CACHE; i++) {
+    shmMapEntry* e = &c->maps[i];
+    if (e->base && e->id == ref->id && e->bytes == ref->bytes) {
+      e->lastUse = ++c->mapClock;
+      *base = e->base;
+      return 0;
+    }
+    if (!e->base || (victim->base && e->lastUse < victim->lastUse)) victim = e;
+  }
+  int err = shmMemMapPeer(c->peerPid, ref, base);
+  if (err) return err;
+  if (victim->base) munmap(victim->base, victim->bytes);
+  *victim = (shmMapEntry){.id = ref->id, .bytes = (size_t)ref->bytes, .base = *base, .lastUse = ++c->mapClock};
+  return 0;
+}
+
+/* Copies a MAPPED message into r, at most SHM_CMA_BUDGET bytes per call like cmaRead.
+ * Returns 1 when r is complete. */
+static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
+  shmMemRef ref;
+  memcpy(&ref, sl->s.tiny, sizeof(ref));
+  if (ref.offset > ref.bytes || r->got > ref.bytes - ref.offset) {
+    refuse(c, sl, SHM_STATUS_FAILED);
+    shmFail(c, ncclxRemoteError, "protocol error: a %zu-byte mapped message at offset %llu of a %llu-byte allocation",
+            r->got, (unsigned long long)ref.offset, (unsigned long long)ref.bytes);
+    return 0;
+  }
+  char* base = NULL;
+  int err = mapOf(c, &ref, &base);
+  if (err) {
+    /* The fd gone or naming something else: the sender released the buffer too early. */
+    int gone = err == ENOENT || err == ESTALE;
+    char who[32];
+    refuse(c, sl, SHM_STATUS_FAILED);
+    shmFail(c, gone ? ncclxRemoteError : ncclxSystemError,
+            "cannot map %s's ncclxMemAlloc allocation %llu (fd %d, %llu bytes) holding a %zu-byte message: %s%s",
+            shmPeerName(c, who, sizeof(who)), (unsigned long long)ref.id, (int)ref.fd,
+            (unsigned long long)ref.bytes, r->got, strerror(err),
+            gone ? " (freed before the send completed?)" : "");
+    return 0;
+  }
+  size_t len = r->got - r->off < SHM_CMA_BUDGET ? r->got - r->off : SHM_CMA_BUDGET;
+  memcpy(r->data + r->off, base + ref.offset + r->off, len);
+  r->off += len;
+  if (r->off == r->got) c->mappedMessages++;
+  return r->off == r->got;
+}
+
 /* Consumes what has arrived for the posted receives, in order. */
 static void recvProgress(shmComm* c, int* progress) {
   int consumed = 0;
@@ -218,9 +278,9 @@ static void recvProgress(shmComm* c, int* progress) {
     size_t size = (size_t)sl->s.size;
     consumed = 1;
     if (!r->started) {
-      if (kind == SHM_MSG_FRAG_NEXT || kind < SHM_MSG_INLINE || kind > SHM_MSG_FRAG_NEXT ||
+      if (kind == SHM_MSG_FRAG_NEXT || kind < SHM_MSG_INLINE || kind > SHM_MSG_LAST ||
           (kind == SHM_MSG_INLINE && size > c->payloadBytes) ||
-          (kind == SHM_MSG_CMA && c->mode != SHM_MODE_CMA)) {
+          (kind == SHM_MSG_CMA && c->mode != SHM_MODE_CMA) || (kind == SHM_MSG_MAPPED && !c->mapOk)) {
         refuse(c, sl, SHM_STATUS_FAILED);
         shmFail(c, ncclxRemoteError, "protocol error: message kind %u of %zu bytes at slot use %llu", kind,
                 size, (unsigned long long)(c->seq - 1));
@@ -235,7 +295,8 @@ static void recvProgress(shmComm* c, int* progress) {
       r->started = (int)kind;
       r->got = size;
     } else if (size != r->got || !((kind == SHM_MSG_FRAG_NEXT && r->started == SHM_MSG_FRAG_FIRST) ||
-                                   (kind == SHM_MSG_CMA && r->started == SHM_MSG_CMA))) {
+                                   (kind == SHM_MSG_CMA && r->started == SHM_MSG_CMA) ||
+                                   (kind == SHM_MSG_MAPPED && r->started == SHM_MSG_MAPPED))) {
       refuse(c, sl, SHM_STATUS_FAILED);
       shmFail(c, ncclxRemoteError,
               "protocol error: fragment kind %u of a %zu-byte message "
@@ -248,6 +309,8 @@ static void recvProgress(shmComm* c, int* progress) {
       r->off = size;
     } else if (kind == SHM_MSG_CMA) {
       if (!cmaRead(c, r, sl)) break; /* budget spent, or failed */
+    } else if (kind == SHM_MSG_MAPPED) {
+      if (!mappedRead(c, r, sl)) break; /* budget spent, or failed */
     } else {
       size_t len = r->got - r->off < c->payloadBytes ? r->got - r->off : c->payloadBytes;
       memcpy(r->data + r->off, payloadOf(c, c->seq), len);

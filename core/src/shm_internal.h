@@ -16,7 +16,7 @@
 
 #define SHM_LINE 64
 #define SHM_PAGE 4096
-#define SHM_VERSION 1
+#define SHM_VERSION 2 /* 2: peer-mapped messages (SHM_MSG_MAPPED) */
 #define SHM_NAME_MAX 40 /* "/ncclx-<pid>-<16 hex>" and NUL */
 #define SHM_PATH_MAX 64 /* doorbell FIFO paths */
 #define SHM_MAILBOXES 64
@@ -35,6 +35,7 @@
 #define SHM_DEFAULT_CMA_CHUNK ((size_t)1 << 20)
 #define SHM_MIN_SLOT_PAYLOAD ((size_t)1024)
 #define SHM_MAX_MESSAGE ((size_t)1 << 30)
+#define SHM_MAX_MAPPED ((uint64_t)1 << 40) /* largest peer-mapped allocation */
 
 /* Progress heuristics. */
 #define SHM_ARM_IDLE 128                      /* idle test() calls before arming the doorbell */
@@ -60,7 +61,8 @@ enum {
   SHM_RECV_CLOSED = 3,
   SHM_RECV_FAILED = 4
 };
-enum { SHM_MSG_INLINE = 1, SHM_MSG_CMA = 2, SHM_MSG_FRAG_FIRST = 3, SHM_MSG_FRAG_NEXT = 4 };
+enum { SHM_MSG_INLINE = 1, SHM_MSG_CMA = 2, SHM_MSG_FRAG_FIRST = 3, SHM_MSG_FRAG_NEXT = 4, SHM_MSG_MAPPED = 5 };
+#define SHM_MSG_LAST SHM_MSG_MAPPED
 enum { SHM_STATUS_OK = 0, SHM_STATUS_TOO_BIG = 1, SHM_STATUS_FAILED = 2 };
 
 /* What listen() hands out (at most NCCLX_NET_HANDLE_MAXSIZE bytes). */
@@ -100,10 +102,11 @@ typedef struct {
 typedef struct {
   _Atomic uint64_t full; /* seq + 1 once use number `seq` of this slot is published */
   uint64_t size;         /* the whole message's size, in every slot of it */
-  uint64_t addr;         /* SHM_MSG_CMA: where the message is in the sender */
+  uint64_t addr;         /* SHM_MSG_CMA, SHM_MSG_MAPPED: where the message is in the sender */
   int32_t tag;
   uint32_t kind;                /* SHM_MSG_* */
-  uint8_t tiny[SHM_TINY_BYTES]; /* inline messages this small skip the payload area */
+  uint8_t tiny[SHM_TINY_BYTES]; /* inline messages this small skip the payload area; an
+                                   SHM_MSG_MAPPED message's shmMemRef */
 } shmSlotSend;
 _Static_assert(sizeof(shmSlotSend) == SHM_LINE, "slot line A is one cache line");
 
@@ -131,12 +134,16 @@ typedef struct {
   int32_t senderPref; /* SHM_PREF_* from the sender's single_copy */
   uint64_t probeAddr; /* SHM_PROBE_BYTES in the sender equal to probe[]: the CMA test */
   uint8_t probe[SHM_PROBE_BYTES];
+  int32_t mapProbeFd;  /* the sender's probe allocation (shmMemProbe): the mapping test; */
+  uint32_t reserved;   /* -1 when the sender has none */
+  uint64_t mapProbeId;
   char bellRecv[SHM_PATH_MAX]; /* FIFO the sender rings to wake the receiver */
   char bellSend[SHM_PATH_MAX]; /* FIFO the receiver rings to wake the sender */
   /* Written by the receiver. */
   _Alignas(SHM_LINE) _Atomic uint32_t recvState; /* SHM_RECV_* */
   uint32_t mode;                                 /* SHM_MODE_*, valid once ATTACHED */
   int32_t recvPid;
+  uint32_t mapOk; /* the receiver maps the sender's ncclxMemAlloc buffers; valid once ATTACHED */
   /* Written by the sender. */
   _Alignas(SHM_LINE) _Atomic uint32_t sendClosed;
   /* Sleeping flags: set by the side going to sleep, cleared by the side that rings it. */
@@ -172,6 +179,25 @@ enum { SHM_REQ_FREE = 0, SHM_REQ_POSTED, SHM_REQ_WAIT_ACK, SHM_REQ_DONE };
 
 typedef struct shmComm shmComm;
 
+/* An ncclxMemAlloc allocation of the sender, as an SHM_MSG_MAPPED slot names it (in tiny[]). */
+typedef struct {
+  uint64_t id;     /* unique in the sender's process; its memfd is named SHM_MEM_NAME<id> */
+  uint64_t bytes;  /* the allocation's size */
+  uint64_t offset; /* of the message in it */
+  int32_t fd;      /* the memfd's number in the sender */
+  uint32_t pad;
+} shmMemRef;
+_Static_assert(sizeof(shmMemRef) <= SHM_TINY_BYTES, "a mapped message's reference fits the slot line");
+
+/* Receiver: sender allocations mapped so far (least recently used evicted). */
+#define SHM_MAP_CACHE 8
+typedef struct {
+  uint64_t id;
+  size_t bytes;
+  char* base; /* NULL: unused */
+  uint64_t lastUse;
+} shmMapEntry;
+
 typedef struct {
   uint32_t magic;
   int state; /* SHM_REQ_* */
@@ -196,6 +222,8 @@ struct shmComm {
   uint32_t nslots;
   uint64_t mask;
   int mode;
+  int mapOk;               /* SHM_MSG_MAPPED possible on this connection (both sides agree) */
+  uint64_t mappedMessages; /* sent or received as SHM_MSG_MAPPED (test hook) */
   _Atomic uint32_t* mySleeping;
   _Atomic uint32_t* peerSleeping;
   int bellWait; /* FIFO we sleep on */
@@ -211,6 +239,9 @@ struct shmComm {
   uint64_t idleStartNs;
   int armed;
   uint64_t lastCheckNs;
+  /* Receiver only. */
+  shmMapEntry maps[SHM_MAP_CACHE];
+  uint64_t mapClock;
   /* Sender only. */
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
@@ -258,6 +289,16 @@ int shmPeerAlive(pid_t pid, int pidfd);
 int shmCleanStale(shmCtx* ctx);
 /* process_vm_readv of len bytes: bytes copied (may be short), or -errno. */
 ssize_t shmCmaRead(pid_t pid, void* local, uint64_t remote, size_t len);
+
+/* ---- shm_mem.c: peer-mapped ncclxMemAlloc allocations. ---- */
+#define SHM_MEM_NAME "ncclx-mem-"
+/* Does [p, p + len) lie in one of this process's shared allocations? Fills *ref. */
+int shmMemFind(const void* p, size_t len, shmMemRef* ref);
+/* This process's probe allocation (one page, made once): its fd and id; 0, or -1 if none. */
+int shmMemProbe(int32_t* fd, uint64_t* id);
+/* Maps ref's allocation of process pid read-only; 0, or an errno (ESTALE: the fd no longer
+ * names that allocation). */
+int shmMemMapPeer(pid_t pid, const shmMemRef* ref, char** base);
 
 /* ---- shm_conn.c: connection setup and teardown. ---- */
 ncclxResult_t shmListen(void* ctx, int dev, void* handle, void** listenComm);

@@ -164,10 +164,24 @@ void mpSet(void* buf, size_t idx, ncclxDataType_t t, double v) {
   }
 }
 
+/* MP_MEMALLOC=1: buffers from ncclxMemAlloc, whose large allocations same-host peers map
+ * (single copy by the receiver, shm_mem.c), so messages start at every offset into them. */
+static int useMemAlloc(void) {
+  const char* v = getenv("MP_MEMALLOC");
+  return v && strcmp(v, "1") == 0;
+}
+
 void mpBufAlloc(mpBuf* b, size_t bytes, size_t offset) {
   size_t total = MP_GUARD + offset + bytes + MP_GUARD;
   /* 64-byte aligned base, so `offset` alone decides the alignment the library sees. */
-  b->base = aligned_alloc(64, (total + 63) / 64 * 64);
+  b->base = NULL;
+  b->memAlloc = useMemAlloc();
+  if (b->memAlloc) {
+    void* p = NULL;
+    if (ncclxMemAlloc(&p, total) == ncclxSuccess) b->base = p;
+  } else {
+    b->base = aligned_alloc(64, (total + 63) / 64 * 64);
+  }
   if (!b->base) {
     fprintf(stderr, "mp: out of memory allocating %zu bytes\n", total);
     exit(2);
@@ -179,7 +193,8 @@ void mpBufAlloc(mpBuf* b, size_t bytes, size_t offset) {
 }
 
 void mpBufFree(mpBuf* b) {
-  free(b->base);
+  if (b->memAlloc) ncclxMemFree(b->base);
+  else free(b->base);
   b->base = b->ptr = NULL;
 }
 

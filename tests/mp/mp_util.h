@@ -29,14 +29,16 @@ float mpHalfToFloat(uint16_t h);
 uint16_t mpFloatToBf16(float f);
 float mpBf16ToFloat(uint16_t b);
 
-/* A buffer of `bytes` starting `offset` bytes after a malloc'd base, with guard bytes
- * before and after filled with MP_SENTINEL, so stray writes are caught. */
+/* A buffer of `bytes` starting `offset` bytes after a malloc'd base (ncclxMemAlloc'd with
+ * MP_MEMALLOC=1), with guard bytes before and after filled with MP_SENTINEL, so stray
+ * writes are caught. */
 #define MP_SENTINEL 0xA5
 #define MP_GUARD 64
 typedef struct {
   unsigned char* base;
   unsigned char* ptr;
   size_t bytes, offset;
+  int memAlloc; /* base came from ncclxMemAlloc */
 } mpBuf;
 void mpBufAlloc(mpBuf* b, size_t bytes, size_t offset);
 void mpBufFree(mpBuf* b);

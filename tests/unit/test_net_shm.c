@@ -1,6 +1,7 @@
 /* The shared-memory transport through its plugin ABI only, between two processes (fork),
  * with a stub environment: byte-exact data at many sizes, 32 in flight, ordering, receives
- * larger and smaller than sends, a wrong nonce, a peer killed mid-transfer, the doorbell, and
+ * larger and smaller than sends, messages out of mapped ncclxMemAlloc buffers, a wrong nonce,
+ * a peer killed mid-transfer, the doorbell, and
  * no /dev/shm leftovers; in both single_copy = cma and none. Prints (does not assert) latency
  * and bandwidth; `test_net_shm perf` runs only those measurements. SHM_TEST_TRACE=1 shows
  * the transport's TRACE lines. */
@@ -415,6 +416,88 @@ static void scenarioData(Peer* p, int isParent, const char* mode) {
   munmap(buf, maxSize + 4096);
 }
 
+/* Large messages out of the sender's ncclxMemAlloc allocations (ncclxShmMemAlloc) go as one
+ * copy from its mapped memory unless single_copy = none: byte-exact at offsets into an
+ * allocation, from more allocations than a receiver keeps mapped (SHM_MAP_CACHE, 8, so the
+ * first is unmapped and mapped again), and counted alike on both sides. */
+static void scenarioMapped(Peer* p, int isParent, const char* mode) {
+  enum { NSMALL = 10 };
+  size_t bigBytes = ((size_t)64 << 20) + 8192, smallBytes = (size_t)256 << 10;
+  struct Msg {
+    int alloc; /* 0: the big one, k: small one k */
+    size_t off, n;
+  } msgs[3 + NSMALL + 1] = {{0, 13, 65537}, {0, 4096 + 5, (1 << 20) + 3}, {0, 0, (size_t)64 << 20}};
+  for (int k = 1; k <= NSMALL; k++) msgs[2 + k] = (struct Msg){k, (size_t)k * 64, (128 << 10) + (size_t)k};
+  msgs[3 + NSMALL] = (struct Msg){1, 7, 200000};
+  int nmsgs = 3 + NSMALL + 1;
+  char* allocs[1 + NSMALL] = {0};
+  char* recvBuf = NULL; /* the receiver's; the sender's aligned scratch for fill() */
+  recvBuf = bigAlloc(bigBytes);
+  if (isParent) {
+    for (int k = 0; k <= NSMALL; k++) {
+      allocs[k] = ncclxShmMemAlloc(k ? smallBytes : bigBytes);
+      REQUIRE(allocs[k] != NULL, "ncclxShmMemAlloc of %zu bytes failed", k ? smallBytes : bigBytes);
+    }
+  }
+  for (int i = 0; i < nmsgs; i++) {
+    size_t n = msgs[i].n;
+    uint64_t seed = 3000 + (uint64_t)i;
+    if (isParent) {
+      char* buf = allocs[msgs[i].alloc] + msgs[i].off; /* misaligned on purpose */
+      fill(recvBuf, n, seed);
+      memcpy(buf, recvBuf, n);
+      CHECK(sendWait(p->send, buf, n, p->sendFd) == ncclxSuccess, "mapped send %d (%zu bytes) failed", i, n);
+    } else {
+      size_t got = 0;
+      recvBuf[n] = (char)0xee;
+      CHECK(recvWait(p->recv, recvBuf, n, &got, p->recvFd) == ncclxSuccess, "mapped receive %d failed", i);
+      CHECK(got == n && verify(recvBuf, n, seed) == n, "mapped message %d (%zu bytes): wrong data", i, n);
+      CHECK((uint8_t)recvBuf[n] == 0xee, "mapped message %d wrote past its end", i);
+    }
+  }
+  long long want = strcmp(mode, "none") != 0 ? nmsgs : 0;
+  long long sent = ncclxShmCommMappedMessages(isParent ? p->send : p->recv);
+  CHECK(sent == want, "%s %lld messages through mapped buffers, expected %lld (single_copy = %s)",
+        isParent ? "sent" : "received", sent, want, mode);
+  if (isParent) {
+    CHECK(ncclxShmMemFree(allocs[0] + 1) == 0, "a pointer inside an allocation was released");
+    for (int k = 0; k <= NSMALL; k++) CHECK(ncclxShmMemFree(allocs[k]) == 1, "allocation %d not released", k);
+    CHECK(ncclxShmMemFree(allocs[0]) == 0, "an allocation was released twice");
+  }
+  munmap(recvBuf, bigBytes);
+  sync2(p);
+}
+
+/* A sender that releases its allocation while a mapped message in it is still unread: the
+ * receiver fails with ncclxRemoteError naming the early release, the sender's request fails
+ * too, nothing crashes. */
+static void scenarioMappedFreed(Peer* p, int isParent, const char* mode) {
+  (void)mode;
+  size_t n = (size_t)1 << 20;
+  if (isParent) {
+    char* buf = ncclxShmMemAlloc(n);
+    REQUIRE(buf != NULL, "ncclxShmMemAlloc failed");
+    fill(buf, n, 9);
+    /* A large message waits for the receiver's attach to learn the mode: make it go now. */
+    double deadline = nowSec() + 10;
+    while (ncclxShmCommMode(p->send) <= 0 && nowSec() < deadline) usleep(1000);
+    REQUIRE(ncclxShmCommMode(p->send) > 0, "the receiver has not attached within 10 s");
+    void* req = NULL;
+    CHECK(N->isend(p->send, buf, n, 0, NULL, NULL, &req) == ncclxSuccess && req, "isend failed");
+    CHECK(ncclxShmCommMappedMessages(p->send) == 1, "the message did not go as a mapped one");
+    CHECK(ncclxShmMemFree(buf) == 1, "release failed");
+    sync2(p);
+    if (req) CHECK(waitReq(req, NULL, p->sendFd, 20) == ncclxRemoteError, "the send did not fail");
+  } else {
+    sync2(p);
+    char* dst = bigAlloc(n);
+    size_t got = 0;
+    CHECK(recvWait(p->recv, dst, n, &got, p->recvFd) == ncclxRemoteError,
+          "receiving from a released allocation did not fail with ncclxRemoteError");
+    munmap(dst, n);
+  }
+}
+
 /* A receiver sleeping in poll() on its descriptor is woken by the next message. */
 static void scenarioDoorbell(Peer* p, int isParent, const char* mode) {
   (void)mode;
@@ -761,6 +844,12 @@ int main(int argc, char** argv) {
     runPair(modes[m], scenarioDoorbell, NULL);
     printf("mode %s: too large\n", modes[m]);
     runPair(modes[m], scenarioTooBig, NULL);
+    printf("mode %s: mapped ncclxMemAlloc buffers\n", modes[m]);
+    runPair(modes[m], scenarioMapped, NULL);
+    if (strcmp(modes[m], "none") != 0) {
+      printf("mode %s: mapped buffer released too early\n", modes[m]);
+      runPair(modes[m], scenarioMappedFreed, NULL);
+    }
     if (strcmp(modes[m], "none") != 0) {
       setMode("auto");
       printf("mode auto: double copy preferred, then not\n");

@@ -1,0 +1,181 @@
+/* Peer-mapped memory of the shared-memory transport.
+ *
+ * ncclxMemAlloc gives allocations of NCCLX_SHM_MAPPED_MIN bytes or more a memfd behind them
+ * (ncclxShmMemAlloc). When a large message lies in one, the sender names the allocation in
+ * its slot (SHM_MSG_MAPPED, shm_data.c); the receiver maps the memfd once, through
+ * /proc/<pid>/fd/<fd>, and copies the message out with one memcpy. On this VM that copy ran
+ * at 12.6 GB/s for 16 MiB against 5.5-7 GB/s for process_vm_readv, and where two copies
+ * through the slots cost each side a copy, it costs the receiver one.
+ *
+ * The memfd is named SHM_MEM_NAME<id>, id unique in the process: the receiver checks the
+ * name of what it opened, so a reused fd number never maps the wrong memory. Its size is
+ * sealed (F_SEAL_SHRINK | F_SEAL_GROW) and checked, so a mapping never reaches past the
+ * file's end (SIGBUS). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "net_shm.h"
+#include "shm_internal.h"
+
+#define SHM_MEM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+typedef struct {
+  uintptr_t base;
+  size_t bytes;
+  int fd;
+  uint64_t id;
+} shmMemEntry;
+
+static pthread_mutex_t memLock = PTHREAD_MUTEX_INITIALIZER;
+static shmMemEntry* memTab;
+static size_t memCount, memCap;
+static uint64_t memNextId = 1;
+
+/* A sealed memfd of bytes, mapped read-write; NULL (errno set) on failure. */
+static void* memCreate(size_t bytes, uint64_t id, int* fdOut) {
+  char name[32];
+  snprintf(name, sizeof(name), SHM_MEM_NAME "%llu", (unsigned long long)id);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return NULL;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)bytes) == 0 && fcntl(fd, F_ADD_SEALS, SHM_MEM_SEALS) == 0)
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return NULL;
+  }
+  *fdOut = fd;
+  return p;
+}
+
+static int memAdd(void* p, size_t bytes, int fd, uint64_t id) {
+  if (memCount == memCap) {
+    size_t cap = memCap ? 2 * memCap : 16;
+    shmMemEntry* t = realloc(memTab, cap * sizeof(*t));
+    if (!t) return -1;
+    memTab = t, memCap = cap;
+  }
+  memTab[memCount++] = (shmMemEntry){(uintptr_t)p, bytes, fd, id};
+  return 0;
+}
+
+/* A tracked allocation of at least size bytes; its fd and id through the pointers. */
+static void* memAlloc(size_t size, int32_t* fdOut, uint64_t* idOut) {
+  if (size == 0 || size > SHM_MAX_MAPPED) return NULL;
+  size_t bytes = (size + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
+  pthread_mutex_lock(&memLock);
+  uint64_t id = memNextId++;
+  pthread_mutex_unlock(&memLock);
+  int fd = -1;
+  void* p = memCreate(bytes, id, &fd);
+  if (!p) return NULL;
+  pthread_mutex_lock(&memLock);
+  int bad = memAdd(p, bytes, fd, id);
+  pthread_mutex_unlock(&memLock);
+  if (bad) {
+    munmap(p, bytes);
+    close(fd);
+    return NULL;
+  }
+  *fdOut = fd, *idOut = id;
+  return p;
+}
+
+void* ncclxShmMemAlloc(size_t size) {
+  int32_t fd;
+  uint64_t id;
+  return memAlloc(size, &fd, &id);
+}
+
+int ncclxShmMemFree(void* p) {
+  if (!p) return 0;
+  shmMemEntry e = {0};
+  int found = 0;
+  pthread_mutex_lock(&memLock);
+  for (size_t i = 0; i < memCount; i++) {
+    if (memTab[i].base != (uintptr_t)p) continue;
+    e = memTab[i];
+    memTab[i] = memTab[--memCount];
+    found = 1;
+    break;
+  }
+  pthread_mutex_unlock(&memLock);
+  if (!found) return 0;
+  munmap(p, e.bytes);
+  close(e.fd);
+  return 1;
+}
+
+int shmMemFind(const void* p, size_t len, shmMemRef* ref) {
+  uintptr_t a = (uintptr_t)p;
+  int found = 0;
+  pthread_mutex_lock(&memLock);
+  for (size_t i = 0; i < memCount && !found; i++) {
+    const shmMemEntry* e = &memTab[i];
+    if (a < e->base || a - e->base > e->bytes || len > e->bytes - (a - e->base)) continue;
+    *ref = (shmMemRef){.id = e->id, .bytes = e->bytes, .offset = a - e->base, .fd = e->fd};
+    found = 1;
+  }
+  pthread_mutex_unlock(&memLock);
+  return found;
+}
+
+/* One page, made at the first connection and kept for the process's life: what a receiver
+ * maps at accept to find out whether it can map this process's allocations at all. */
+static pthread_once_t probeOnce = PTHREAD_ONCE_INIT;
+static int32_t probeFd = -1;
+static uint64_t probeId;
+static void probeCreate(void) {
+  if (!memAlloc(SHM_PAGE, &probeFd, &probeId)) probeFd = -1;
+}
+
+int shmMemProbe(int32_t* fd, uint64_t* id) {
+  pthread_once(&probeOnce, probeCreate);
+  *fd = probeFd, *id = probeId;
+  return probeFd >= 0 ? 0 : -1;
+}
+
+/* Is what f refers to the allocation SHM_MEM_NAME<id>? Its link reads
+ * "/memfd:ncclx-mem-<id> (deleted)". */
+static int memIsAllocation(int f, uint64_t id) {
+  char self[48], link[96], want[48];
+  snprintf(self, sizeof(self), "/proc/self/fd/%d", f);
+  ssize_t n = readlink(self, link, sizeof(link) - 1);
+  if (n <= 0) return 0;
+  link[n] = '\0';
+  int w = snprintf(want, sizeof(want), "/memfd:" SHM_MEM_NAME "%llu", (unsigned long long)id);
+  return strncmp(link, want, (size_t)w) == 0 && (link[w] == '\0' || link[w] == ' ');
+}
+
+int shmMemMapPeer(pid_t pid, const shmMemRef* ref, char** base) {
+  if (ref->fd < 0 || ref->bytes == 0 || ref->bytes > SHM_MAX_MAPPED) return EINVAL;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)ref->fd);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return errno;
+  struct stat st;
+  int err = 0;
+  if (!memIsAllocation(f, ref->id)) err = ESTALE;
+  else if (fstat(f, &st) != 0) err = errno;
+  else if ((uint64_t)st.st_size < ref->bytes) err = ERANGE;
+  else if ((fcntl(f, F_GET_SEALS) & F_SEAL_SHRINK) == 0) err = EPERM; /* could shrink under us */
+  void* m = MAP_FAILED;
+  if (!err) {
+    m = mmap(NULL, (size_t)ref->bytes, PROT_READ, MAP_SHARED, f, 0);
+    if (m == MAP_FAILED) err = errno;
+  }
+  close(f);
+  if (err) return err;
+  *base = m;
+  return 0;
+}
