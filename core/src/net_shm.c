@@ -216,6 +216,20 @@ int ncclxShmCommMode(void* comm) {
   return c->mode;
 }
 
+void ncclxShmSharedCpus(void* sendComm, int shared) {
+  shmComm* c = sendComm;
+  if (!c || c->kind != SHM_KIND_SEND) return;
+  c->mappedMin = shared ? (size_t)c->nslots * c->payloadBytes + 1 : 0;
+}
+
+int ncclxShmCommMapped(void* comm) {
+  uint32_t kind = comm ? *(const uint32_t*)comm : 0;
+  if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return -1;
+  shmComm* c = comm;
+  if (kind == SHM_KIND_SEND && !c->attached) shmCheckAttached(c);
+  return c->mapOk;
+}
+
 long long ncclxShmCommMappedMessages(void* comm) {
   uint32_t kind = comm ? *(const uint32_t*)comm : 0;
   if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return -1;

@@ -72,6 +72,19 @@ void* ncclxShmMemAlloc(size_t bytes);
 /* Releases p and returns 1 when ncclxShmMemAlloc made it, else returns 0. */
 int ncclxShmMemFree(void* p);
 
+/* The core's word for a sendComm: do the host's ranks share CPUs? A message in a mapped
+ * ncclxMemAlloc buffer makes its sender wait until the receiver has copied it out, where one
+ * that fits the ring's slots frees the sender once copied in. With ranks waiting for CPUs that
+ * wait chains ring steps together (4 ranks on 2 CPUs, allreduce 512 KiB-2 MiB: 2x slower
+ * mapped), so there only messages larger than the ring go mapped; with a CPU each, every
+ * message larger than a slot does. */
+void ncclxShmSharedCpus(void* sendComm, int shared);
+
+/* Test hook: 1 when large messages from mapped ncclxMemAlloc buffers are possible on a
+ * sendComm or recvComm (both sides agreed at accept), 0 when not (or not known yet), -1 when
+ * comm is not a shm comm. */
+int ncclxShmCommMapped(void* comm);
+
 /* Test hook: messages a sendComm sent, or a recvComm received, through mapped buffers; -1
  * when comm is not a shm comm. */
 long long ncclxShmCommMappedMessages(void* comm);

@@ -195,7 +195,10 @@ static ncclxResult_t stepConnect(struct ncclxComm* comm, struct pendingConnect* 
     if (!pc->sendComm) return ncclxSuccess;
     comm->connectsMade++;
     *progress = 1;
-    if (t == NCCLX_TP_SHM) ncclxShmPreferCopy(pc->sendComm, shmPreferCopy(comm));
+    if (t == NCCLX_TP_SHM) {
+      ncclxShmPreferCopy(pc->sendComm, shmPreferCopy(comm));
+      ncclxShmSharedCpus(pc->sendComm, !commRanksOwnCpus(comm));
+    }
     pc->hello = (struct hello){HELLO_MAGIC, comm->commHash, comm->rank, 0};
   }
   if (!pc->request) {

@@ -336,6 +336,9 @@ ncclxResult_t shmCloseSend(void* sendComm) {
  * ------------------------------------------------------------------------------------------ */
 
 static void recvDestroy(shmComm* c) {
+  if (c->mappedMessages)
+    SHM_INFO(c->ctx, "receive from pid %d: %llu messages through mapped ncclxMemAlloc buffers", (int)c->peerPid,
+             (unsigned long long)c->mappedMessages);
   for (int i = 0; i < SHM_MAP_CACHE; i++)
     if (c->maps[i].base) munmap(c->maps[i].base, c->maps[i].bytes);
   if (c->hdr) munmap(c->hdr, c->mapBytes);
@@ -499,8 +502,9 @@ static ncclxResult_t acceptOne(shmListenComm* lc, const shmMailbox* mb, void** r
   hdr->recvPid = (int32_t)getpid();
   atomic_store(&hdr->recvState, SHM_RECV_ATTACHED);
   if (atomic_exchange(c->peerSleeping, 0)) shmBellRing(c->bellRing); /* a sender waiting for the mode */
+  /* A sender gone before we came says nothing about the host (its probe page is gone). */
   int logged = 2 * c->mode + c->mapOk;
-  if (atomic_exchange(&ctx->loggedMode, logged) != logged)
+  if (!atomic_load(&hdr->sendClosed) && atomic_exchange(&ctx->loggedMode, logged) != logged)
     SHM_INFO(ctx,
              "%s possible for messages above %zu bytes (%s); single copy from mapped ncclxMemAlloc "
              "buffers %s (%s); %u slots of %zu bytes per connection",

@@ -113,11 +113,13 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
     return 1;
   }
   if (!c->attached && (shmCheckAttached(c) != ncclxSuccess || !c->attached)) return 0; /* mode unknown yet */
-  /* One memcpy by the receiver beats both CMA and two copies, whatever the CPUs. */
+  /* One memcpy by the receiver beats both CMA and two copies; but with ranks sharing CPUs,
+   * a message the ring could hold is better copied in and left (ncclxShmSharedCpus). */
+  int cma = c->mode == SHM_MODE_CMA && !c->preferCopy;
+  if ((c->mapOk || cma) && !slotFree(c)) return 0; /* before the registry's lock */
   shmMemRef ref;
-  int mapped = c->mapOk && shmMemFind(r->data, r->size, &ref);
-  if (mapped || (c->mode == SHM_MODE_CMA && !c->preferCopy)) {
-    if (!slotFree(c)) return 0;
+  int mapped = c->mapOk && r->size >= c->mappedMin && shmMemFind(r->data, r->size, &ref);
+  if (mapped || cma) {
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;
     if (mapped) memcpy(sl->s.tiny, &ref, sizeof(ref));
@@ -247,9 +249,18 @@ static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
   }
   char* base = NULL;
   int err = mapOf(c, &ref, &base);
+  /* The fd gone or naming something else: the sender released the buffer too early. */
+  int gone = err == ENOENT || err == ESTALE;
+  if (err && !gone && c->mode == SHM_MODE_CMA) {
+    /* Out of address space or descriptors here: the sender's address is in the slot too. */
+    if (!c->mapFallback) {
+      c->mapFallback = 1;
+      SHM_INFO(c->ctx, "receive from pid %d: cannot map its ncclxMemAlloc allocation (%s); reading it with process_vm_readv instead",
+               (int)c->peerPid, strerror(err));
+    }
+    return cmaRead(c, r, sl);
+  }
   if (err) {
-    /* The fd gone or naming something else: the sender released the buffer too early. */
-    int gone = err == ENOENT || err == ESTALE;
     char who[32];
     refuse(c, sl, SHM_STATUS_FAILED);
     shmFail(c, gone ? ncclxRemoteError : ncclxSystemError,
@@ -260,7 +271,7 @@ static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
     return 0;
   }
   size_t len = r->got - r->off < SHM_CMA_BUDGET ? r->got - r->off : SHM_CMA_BUDGET;
-  memcpy(r->data + r->off, base + ref.offset + r->off, len);
+  memcpy(r->data + r->off, base + ref.offset + r->off, len); /* offset + got <= bytes: checked */
   r->off += len;
   if (r->off == r->got) c->mappedMessages++;
   return r->off == r->got;

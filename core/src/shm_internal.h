@@ -242,9 +242,11 @@ struct shmComm {
   /* Receiver only. */
   shmMapEntry maps[SHM_MAP_CACHE];
   uint64_t mapClock;
+  int mapFallback; /* a mapping failed and CMA read the message instead (logged once) */
   /* Sender only. */
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
+  size_t mappedMin; /* smallest message sent mapped (ncclxShmSharedCpus) */
   ncclxSharedCopy slotCopy; /* plain or non-temporal copies into the slots (copyToSlot) */
   shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
   char name[SHM_NAME_MAX];

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,6 +39,21 @@ static pthread_mutex_t memLock = PTHREAD_MUTEX_INITIALIZER;
 static shmMemEntry* memTab;
 static size_t memCount, memCap;
 static uint64_t memNextId = 1;
+
+/* Each allocation holds a descriptor open for the peers to reach it by: at most a quarter of
+ * the process's limit, so the library's own sockets and segments never run short. Beyond
+ * that, ncclxMemAlloc gives ordinary memory. */
+static size_t memFdBudget(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1024;
+  return (size_t)rl.rlim_cur / 4;
+}
+
+/* A fork while another thread holds memLock would leave the child's lock held for ever. */
+static void memForkPrepare(void) { pthread_mutex_lock(&memLock); }
+static void memForkRelease(void) { pthread_mutex_unlock(&memLock); }
+static pthread_once_t memForkOnce = PTHREAD_ONCE_INIT;
+static void memForkInit(void) { pthread_atfork(memForkPrepare, memForkRelease, memForkRelease); }
 
 /* A sealed memfd of bytes, mapped read-write; NULL (errno set) on failure. */
 static void* memCreate(size_t bytes, uint64_t id, int* fdOut) {
@@ -73,9 +89,13 @@ static int memAdd(void* p, size_t bytes, int fd, uint64_t id) {
 static void* memAlloc(size_t size, int32_t* fdOut, uint64_t* idOut) {
   if (size == 0 || size > SHM_MAX_MAPPED) return NULL;
   size_t bytes = (size + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
+  pthread_once(&memForkOnce, memForkInit);
+  size_t budget = memFdBudget();
   pthread_mutex_lock(&memLock);
   uint64_t id = memNextId++;
+  int full = memCount >= budget;
   pthread_mutex_unlock(&memLock);
+  if (full) return NULL;
   int fd = -1;
   void* p = memCreate(bytes, id, &fd);
   if (!p) return NULL;
@@ -147,10 +167,9 @@ int shmMemProbe(int32_t* fd, uint64_t* id) {
 
 /* Is what f refers to the allocation SHM_MEM_NAME<id>? Its link reads
  * "/memfd:ncclx-mem-<id> (deleted)". */
-static int memIsAllocation(int f, uint64_t id) {
-  char self[48], link[96], want[48];
-  snprintf(self, sizeof(self), "/proc/self/fd/%d", f);
-  ssize_t n = readlink(self, link, sizeof(link) - 1);
+static int linkIsAllocation(const char* linkPath, uint64_t id) {
+  char link[96], want[48];
+  ssize_t n = readlink(linkPath, link, sizeof(link) - 1);
   if (n <= 0) return 0;
   link[n] = '\0';
   int w = snprintf(want, sizeof(want), "/memfd:" SHM_MEM_NAME "%llu", (unsigned long long)id);
@@ -159,16 +178,22 @@ static int memIsAllocation(int f, uint64_t id) {
 
 int shmMemMapPeer(pid_t pid, const shmMemRef* ref, char** base) {
   if (ref->fd < 0 || ref->bytes == 0 || ref->bytes > SHM_MAX_MAPPED) return EINVAL;
-  char path[64];
+  char path[64], self[48];
   snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)ref->fd);
-  int f = open(path, O_RDONLY | O_CLOEXEC);
+  /* Name first: opening whatever a reused fd number holds now (a FIFO, a tty) could block
+   * or have effects. The open itself cannot block or take a terminal, and the name is
+   * checked again on what was opened, in case the number changed in between. */
+  if (!linkIsAllocation(path, ref->id)) return access(path, F_OK) == 0 ? ESTALE : ENOENT;
+  int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (f < 0) return errno;
+  snprintf(self, sizeof(self), "/proc/self/fd/%d", f);
   struct stat st;
-  int err = 0;
-  if (!memIsAllocation(f, ref->id)) err = ESTALE;
+  int err = 0, seals = 0;
+  if (!linkIsAllocation(self, ref->id)) err = ESTALE;
   else if (fstat(f, &st) != 0) err = errno;
-  else if ((uint64_t)st.st_size < ref->bytes) err = ERANGE;
-  else if ((fcntl(f, F_GET_SEALS) & F_SEAL_SHRINK) == 0) err = EPERM; /* could shrink under us */
+  else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < ref->bytes) err = ERANGE;
+  else if ((seals = fcntl(f, F_GET_SEALS)) < 0 || (seals & F_SEAL_SHRINK) == 0)
+    err = EPERM; /* could shrink under our mapping: SIGBUS */
   void* m = MAP_FAILED;
   if (!err) {
     m = mmap(NULL, (size_t)ref->bytes, PROT_READ, MAP_SHARED, f, 0);
