@@ -21,17 +21,26 @@ ncclxResult_t allgatherRing(struct ncclxComm* comm, const ncclxCollArgs* a) {
   size_t blk = blockBytes(a);
   char* recv = a->recvbuff;
   if (blk == 0) return ncclxSuccess;
-  placeOwn(a, r);
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   /* Step s forwards the block that arrived in step s-1 (own block first). The own block goes
-   * from sendbuff, which placeOwn only read: a receiver reading our memory directly (mapped
+   * from sendbuff, which placeOwn only reads: a receiver reading our memory directly (mapped
    * ncclxMemAlloc buffers, CMA) then finds clean lines, not ones our copy just dirtied (2
-   * ranks, 256 KiB: 2x slower that way). */
+   * ranks, 256 KiB: 2x slower that way). With a CPU per rank our own copy then rides along
+   * with step 0 instead of preceding it, as a broadcast root's does. */
   int fromSend = !collRangesOverlap(a->sendbuff, blk, recv, (size_t)n * blk);
-  for (int s = 0; s < n - 1; s++) {
+  char* own = recv + (size_t)r * blk;
+  if (fromSend && n > 1 && collRootCopyAlongside(comm, a->sendbuff, own, blk)) {
+    ncclxXfer x[2] = {{.peer = next, .isSend = 1, .buf = (void*)a->sendbuff, .bytes = blk},
+                      {.peer = prev, .isSend = 0, .buf = recv + (size_t)prev * blk, .bytes = blk}};
+    NCCLX_CHECK(xferRunCopying(comm, x, 2, own, a->sendbuff, blk));
+  } else {
+    placeOwn(a, r);
+    if (n > 1) NCCLX_CHECK(collSendRecv(comm, next, fromSend ? (const char*)a->sendbuff : own, blk, prev,
+                                        recv + (size_t)prev * blk, blk));
+  }
+  for (int s = 1; s < n - 1; s++) {
     int sb = (r - s + n) % n, rb = (r - s - 1 + n) % n;
-    const char* from = s == 0 && fromSend ? (const char*)a->sendbuff : recv + (size_t)sb * blk;
-    NCCLX_CHECK(collSendRecv(comm, next, from, blk, prev, recv + (size_t)rb * blk, blk));
+    NCCLX_CHECK(collSendRecv(comm, next, recv + (size_t)sb * blk, blk, prev, recv + (size_t)rb * blk, blk));
   }
   return ncclxSuccess;
 }

@@ -107,7 +107,7 @@ typedef struct {
  * calls per cache line and the next call's line next to this one, where a bank's first line is
  * 11 KiB from the next bank's (a page, and a TLB entry, per call). 2 ranks, alternating runs,
  * medians: 8 bytes 0.154 us against 0.167 through the banks (0.211 against 0.267 in this VM's
- * slow state), 64 bytes 0.154 against 0.171 (docs/performance.md, session 8). A round takes
+ * slow state), 64 bytes 0.154 against 0.171 (docs/performance-history.md, session 8). A round takes
  * max(1, ceil(bytes / 16)) cells from the ring position every rank keeps alike (b->ringPos) and
  * starts over at cell 0 when it would cross the end. */
 #define LL_CELL_DATA 16

@@ -7,7 +7,7 @@
  * instead of 95, in half of the runs; Open MPI, which copies once through the kernel, was
  * never hit). Non-temporal stores write whole lines to memory without taking them first:
  * 37-58 us per MiB through the slots in either state, where a plain copy took 34-43 us per
- * MiB in the good state and 250-560 in the bad one (docs/performance.md, session 7). The
+ * MiB in the good state and 250-560 in the bad one (docs/performance-history.md, session 7). The
  * reader then reads from memory instead of the writer's cache, which costs small copies
  * more than it saves (callers use it from NCCLX_COPY_NT_MIN bytes on) and large ones up to
  * 1.4x in the good state: so writers switch to it only while their plain copies are slow.
