@@ -208,32 +208,35 @@ static ncclxResult_t shmDeregMr(void* comm, void* mhandle) {
   return (mhandle == NULL || mhandle == &shmMrToken) ? ncclxSuccess : ncclxInternalError;
 }
 
-int ncclxShmCommMode(void* comm) {
+/* comm as a send or receive comm, a sender's attach state brought up to date; NULL when it
+ * is neither. For the test hooks below. */
+static shmComm* hookComm(void* comm) {
   uint32_t kind = comm ? *(const uint32_t*)comm : 0;
-  if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return -1;
+  if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return NULL;
   shmComm* c = comm;
   if (kind == SHM_KIND_SEND && !c->attached) shmCheckAttached(c);
-  return c->mode;
+  return c;
+}
+
+int ncclxShmCommMode(void* comm) {
+  shmComm* c = hookComm(comm);
+  return c ? c->mode : -1;
+}
+
+int ncclxShmCommMapped(void* comm) {
+  shmComm* c = hookComm(comm);
+  return c ? c->mapOk : -1;
+}
+
+long long ncclxShmCommMappedMessages(void* comm) {
+  shmComm* c = hookComm(comm);
+  return c ? (long long)c->mappedMessages : -1;
 }
 
 void ncclxShmSharedCpus(void* sendComm, int shared) {
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND) return;
   c->mappedMin = shared ? (size_t)c->nslots * c->payloadBytes + 1 : 0;
-}
-
-int ncclxShmCommMapped(void* comm) {
-  uint32_t kind = comm ? *(const uint32_t*)comm : 0;
-  if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return -1;
-  shmComm* c = comm;
-  if (kind == SHM_KIND_SEND && !c->attached) shmCheckAttached(c);
-  return c->mapOk;
-}
-
-long long ncclxShmCommMappedMessages(void* comm) {
-  uint32_t kind = comm ? *(const uint32_t*)comm : 0;
-  if (kind != SHM_KIND_SEND && kind != SHM_KIND_RECV) return -1;
-  return (long long)((shmComm*)comm)->mappedMessages;
 }
 
 void ncclxShmPreferCopy(void* sendComm, int prefer) {

@@ -404,7 +404,7 @@ static void chooseMapped(shmComm* c, char* why, size_t whyLen) {
     return;
   }
   if (hdr->mapProbeFd < 0) {
-    snprintf(why, whyLen, "the sender has no shared allocations");
+    snprintf(why, whyLen, "the sender could not make its probe allocation (memfd refused)");
     return;
   }
   shmMemRef probe = {.id = hdr->mapProbeId, .bytes = SHM_PAGE, .fd = hdr->mapProbeFd};

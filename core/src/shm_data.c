@@ -116,9 +116,9 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
   /* One memcpy by the receiver beats both CMA and two copies; but with ranks sharing CPUs,
    * a message the ring could hold is better copied in and left (ncclxShmSharedCpus). */
   int cma = c->mode == SHM_MODE_CMA && !c->preferCopy;
-  if ((c->mapOk || cma) && !slotFree(c)) return 0; /* before the registry's lock */
-  shmMemRef ref;
-  int mapped = c->mapOk && r->size >= c->mappedMin && shmMemFind(r->data, r->size, &ref);
+  if (!slotFree(c)) return 0; /* every way needs one; checked before the registry's lock */
+  shmMemRef ref; /* a message begun in fragments stays in fragments */
+  int mapped = r->off == 0 && c->mapOk && r->size >= c->mappedMin && shmMemFind(r->data, r->size, &ref);
   if (mapped || cma) {
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;
@@ -248,7 +248,7 @@ static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
     return 0;
   }
   char* base = NULL;
-  int err = mapOf(c, &ref, &base);
+  int err = r->mapFailed ? r->mapFailed : mapOf(c, &ref, &base);
   /* The fd gone or naming something else: the sender released the buffer too early. */
   int gone = err == ENOENT || err == ESTALE;
   if (err && !gone && c->mode == SHM_MODE_CMA) {
@@ -258,7 +258,10 @@ static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
       SHM_INFO(c->ctx, "receive from pid %d: cannot map its ncclxMemAlloc allocation (%s); reading it with process_vm_readv instead",
                (int)c->peerPid, strerror(err));
     }
-    return cmaRead(c, r, sl);
+    r->mapFailed = err; /* the rest of this message too, without trying again */
+    int done = cmaRead(c, r, sl);
+    c->mappedMessages += (uint64_t)done; /* counted by kind, as the sender counts it */
+    return done;
   }
   if (err) {
     char who[32];

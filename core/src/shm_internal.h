@@ -208,6 +208,7 @@ typedef struct {
   size_t got;      /* recv: the message's real size, once its first slot is seen */
   uint64_t ackSeq; /* send, SHM_MSG_CMA: the slot use whose `done` acks it */
   int started;     /* recv: SHM_MSG_* of the message's first slot once seen */
+  int mapFailed;   /* recv, SHM_MSG_MAPPED: mapping failed, process_vm_readv reads the rest */
   int tag;
 } shmReq;
 

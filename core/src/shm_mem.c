@@ -52,8 +52,9 @@ static size_t memFdBudget(void) {
 /* A fork while another thread holds memLock would leave the child's lock held for ever. */
 static void memForkPrepare(void) { pthread_mutex_lock(&memLock); }
 static void memForkRelease(void) { pthread_mutex_unlock(&memLock); }
-static pthread_once_t memForkOnce = PTHREAD_ONCE_INIT;
-static void memForkInit(void) { pthread_atfork(memForkPrepare, memForkRelease, memForkRelease); }
+__attribute__((constructor)) static void memForkInit(void) {
+  pthread_atfork(memForkPrepare, memForkRelease, memForkRelease);
+}
 
 /* A sealed memfd of bytes, mapped read-write; NULL (errno set) on failure. */
 static void* memCreate(size_t bytes, uint64_t id, int* fdOut) {
@@ -85,23 +86,28 @@ static int memAdd(void* p, size_t bytes, int fd, uint64_t id) {
   return 0;
 }
 
-/* A tracked allocation of at least size bytes; its fd and id through the pointers. */
-static void* memAlloc(size_t size, int32_t* fdOut, uint64_t* idOut) {
+static size_t memPending; /* allocations being made: counted against the budget */
+
+/* A tracked allocation of at least size bytes; its fd and id through the pointers. The probe
+ * page is outside the descriptor budget: buffers allocated before the first connection must
+ * not turn mapping off for the process's life. */
+static void* memAlloc(size_t size, int isProbe, int32_t* fdOut, uint64_t* idOut) {
   if (size == 0 || size > SHM_MAX_MAPPED) return NULL;
   size_t bytes = (size + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
-  pthread_once(&memForkOnce, memForkInit);
   size_t budget = memFdBudget();
   pthread_mutex_lock(&memLock);
   uint64_t id = memNextId++;
-  int full = memCount >= budget;
+  int full = !isProbe && memCount + memPending >= budget;
+  memPending += !full;
   pthread_mutex_unlock(&memLock);
   if (full) return NULL;
   int fd = -1;
   void* p = memCreate(bytes, id, &fd);
-  if (!p) return NULL;
   pthread_mutex_lock(&memLock);
-  int bad = memAdd(p, bytes, fd, id);
+  memPending--;
+  int bad = p && memAdd(p, bytes, fd, id);
   pthread_mutex_unlock(&memLock);
+  if (!p) return NULL;
   if (bad) {
     munmap(p, bytes);
     close(fd);
@@ -114,7 +120,7 @@ static void* memAlloc(size_t size, int32_t* fdOut, uint64_t* idOut) {
 void* ncclxShmMemAlloc(size_t size) {
   int32_t fd;
   uint64_t id;
-  return memAlloc(size, &fd, &id);
+  return memAlloc(size, 0, &fd, &id);
 }
 
 int ncclxShmMemFree(void* p) {
@@ -156,7 +162,7 @@ static pthread_once_t probeOnce = PTHREAD_ONCE_INIT;
 static int32_t probeFd = -1;
 static uint64_t probeId;
 static void probeCreate(void) {
-  if (!memAlloc(SHM_PAGE, &probeFd, &probeId)) probeFd = -1;
+  if (!memAlloc(SHM_PAGE, 1, &probeFd, &probeId)) probeFd = -1;
 }
 
 int shmMemProbe(int32_t* fd, uint64_t* id) {
@@ -180,26 +186,28 @@ int shmMemMapPeer(pid_t pid, const shmMemRef* ref, char** base) {
   if (ref->fd < 0 || ref->bytes == 0 || ref->bytes > SHM_MAX_MAPPED) return EINVAL;
   char path[64], self[48];
   snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)ref->fd);
-  /* Name first: opening whatever a reused fd number holds now (a FIFO, a tty) could block
-   * or have effects. The open itself cannot block or take a terminal, and the name is
-   * checked again on what was opened, in case the number changed in between. */
+  /* Really opening whatever a reused fd number holds now (a FIFO, a device) could block or
+   * have effects: take a path-only handle, check its name and that it is a regular file,
+   * and only then open it for reading (through our own handle, so it is that same file). */
   if (!linkIsAllocation(path, ref->id)) return access(path, F_OK) == 0 ? ESTALE : ENOENT;
-  int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (f < 0) return errno;
-  snprintf(self, sizeof(self), "/proc/self/fd/%d", f);
+  int h = open(path, O_PATH | O_CLOEXEC);
+  if (h < 0) return errno;
+  snprintf(self, sizeof(self), "/proc/self/fd/%d", h);
   struct stat st;
-  int err = 0, seals = 0;
+  int err = 0, seals = 0, f = -1;
   if (!linkIsAllocation(self, ref->id)) err = ESTALE;
-  else if (fstat(f, &st) != 0) err = errno;
+  else if (fstat(h, &st) != 0) err = errno;
   else if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < ref->bytes) err = ERANGE;
+  else if ((f = open(self, O_RDONLY | O_CLOEXEC)) < 0) err = errno;
   else if ((seals = fcntl(f, F_GET_SEALS)) < 0 || (seals & F_SEAL_SHRINK) == 0)
     err = EPERM; /* could shrink under our mapping: SIGBUS */
+  close(h);
   void* m = MAP_FAILED;
   if (!err) {
     m = mmap(NULL, (size_t)ref->bytes, PROT_READ, MAP_SHARED, f, 0);
     if (m == MAP_FAILED) err = errno;
   }
-  close(f);
+  if (f >= 0) close(f);
   if (err) return err;
   *base = m;
   return 0;

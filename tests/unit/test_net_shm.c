@@ -420,13 +420,21 @@ static void scenarioData(Peer* p, int isParent, const char* mode) {
  * copy from its mapped memory unless single_copy = none: byte-exact at offsets into an
  * allocation, from more allocations than a receiver keeps mapped (SHM_MAP_CACHE, 8, so the
  * first is unmapped and mapped again), and counted alike on both sides. */
+/* The sender (parent) decides once its receiver has attached, and tells the child, so both
+ * skip or neither does. */
 static int mappedUnavailable(Peer* p, int isParent, const char* mode) {
-  void* c = isParent ? p->send : p->recv;
-  double deadline = nowSec() + 10;
-  while (ncclxShmCommMapped(c) == 0 && isParent && nowSec() < deadline) usleep(1000);
-  if (strcmp(mode, "none") == 0 || ncclxShmCommMapped(c) == 1) return 0;
-  if (isParent) printf("  mapped buffers unavailable here (/proc/<pid>/fd or memfd refused): skipped\n");
-  return 1;
+  char skip = 0;
+  if (isParent) {
+    double deadline = nowSec() + 20;
+    while (ncclxShmCommMode(p->send) <= 0 && nowSec() < deadline) usleep(1000);
+    skip = strcmp(mode, "none") != 0 && ncclxShmCommMapped(p->send) != 1;
+    if (write(p->out, &skip, 1) != 1) exit(3);
+    if (skip) printf("  mapped buffers unavailable here (/proc/<pid>/fd or memfd refused): skipped\n");
+  } else if (readFull(p->in, &skip, 1, 30000) != 0) {
+    fprintf(stderr, "[%s] lost the other process\n", role);
+    exit(3);
+  }
+  return skip;
 }
 
 static void scenarioMapped(Peer* p, int isParent, const char* mode) {
