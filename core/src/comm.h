@@ -71,6 +71,8 @@ struct ncclxComm {
   /* Settings resolved at init from ncclx.ini and ncclxConfig_t. */
   double timeoutSec; /* 0 = never time out */
   size_t chunkBytes; /* pipeline chunk for large transfers */
+  int xferExchange;  /* set while a pairwise or linear all-to-all(v) runs: every send is half of
+                      * an exchange (xfer.c tells the shm transport, ncclxShmExchange) */
   int lazyConnect;
 
   /* Execution: one operation at a time per communicator. */

@@ -233,6 +233,11 @@ long long ncclxShmCommMappedMessages(void* comm) {
   return c ? (long long)c->mappedMessages : -1;
 }
 
+void ncclxShmExchange(void* sendComm, int on) {
+  shmComm* c = sendComm;
+  if (c && c->kind == SHM_KIND_SEND) c->exchange = on != 0;
+}
+
 void ncclxShmSharedCpus(void* sendComm, int shared) {
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND) return;

@@ -118,7 +118,8 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
   int cma = c->mode == SHM_MODE_CMA && !c->preferCopy;
   if (!slotFree(c)) return 0; /* every way needs one; checked before the registry's lock */
   shmMemRef ref; /* a message begun in fragments stays in fragments */
-  int mapped = r->off == 0 && c->mapOk && r->size >= c->mappedMin && shmMemFind(r->data, r->size, &ref);
+  size_t mappedMin = r->exchange ? 0 : c->mappedMin;
+  int mapped = r->off == 0 && c->mapOk && r->size >= mappedMin && shmMemFind(r->data, r->size, &ref);
   if (mapped || cma) {
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;
@@ -467,6 +468,7 @@ ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* m
   if (c->err != ncclxSuccess) return c->err;
   shmReq* r = reqPost(c, data, size, tag);
   if (!r) return ncclxSuccess; /* queue full: the core retries */
+  r->exchange = c->exchange;
   int progress = 0;
   sendProgress(c, &progress);
   *request = r;

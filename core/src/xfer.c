@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "net_shm.h"
 #include "gpu_net.h"
 #include "peers.h"
 #include "prof.h"
@@ -167,6 +168,7 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
      * host memory: NULL. */
     void* mh = gpuNetMhandle(x[i].isSend ? c->sendComm : c->recvComm, ptr, len);
     if (x[i].isSend) {
+      if (net == &ncclxNetShm) ncclxShmExchange(c->sendComm, comm->xferExchange);
       res = net->isend(c->sendComm, ptr, len, comm->rank, mh, phandle, &req);
     } else {
       void* data = ptr;

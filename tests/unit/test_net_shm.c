@@ -477,7 +477,8 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
   long long sent = ncclxShmCommMappedMessages(isParent ? p->send : p->recv);
   CHECK(sent == want, "%s %lld messages through mapped buffers, expected %lld (single_copy = %s)",
         isParent ? "sent" : "received", sent, want, mode);
-  /* Ranks sharing CPUs (ncclxShmSharedCpus): only messages larger than the ring go mapped. */
+  /* Ranks sharing CPUs (ncclxShmSharedCpus): only messages larger than the ring go mapped,
+   * and halves of exchanges (ncclxShmExchange). */
   size_t ring = (size_t)1 << 20, fits = ring, exceeds = ring + 1;
   if (isParent) {
     ncclxShmSharedCpus(p->send, 1);
@@ -485,6 +486,9 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
     memcpy(allocs[0], recvBuf, exceeds);
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "send of a ring's worth failed");
     CHECK(sendWait(p->send, allocs[0], exceeds, p->sendFd) == ncclxSuccess, "send beyond the ring failed");
+    ncclxShmExchange(p->send, 1); /* half of an exchange: mapped at any size */
+    CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "exchange send failed");
+    ncclxShmExchange(p->send, 0);
     ncclxShmSharedCpus(p->send, 0);
   } else {
     size_t got = 0;
@@ -493,8 +497,10 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
     CHECK(recvWait(p->recv, recvBuf, exceeds, &got, p->recvFd) == ncclxSuccess &&
               verify(recvBuf, exceeds, 77) == exceeds,
           "beyond the ring: wrong data");
+    CHECK(recvWait(p->recv, recvBuf, fits, &got, p->recvFd) == ncclxSuccess && verify(recvBuf, fits, 77) == fits,
+          "exchange: wrong data");
   }
-  want += want ? 1 : 0; /* the second of the two */
+  want += want ? 2 : 0; /* beyond the ring, and the exchange */
   CHECK(ncclxShmCommMappedMessages(isParent ? p->send : p->recv) == want,
         "with shared CPUs: %lld mapped messages, expected %lld", ncclxShmCommMappedMessages(isParent ? p->send : p->recv),
         want);
