@@ -131,17 +131,17 @@ static ncclxResult_t alltoallRun(struct ncclxComm* comm, const ncclxCollArgs* a,
   return res;
 }
 
-/* Pairwise and linear are exchanges: in each step, or all at once, a rank sends to the peers
- * it receives from, so its sends may wait for their receivers (comm->xferExchange). Bruck
- * forwards blocks from round to round, a chain, so it is not. */
+/* Linear posts every send and receive at once and forwards nothing it receives, so its
+ * sends may wait for their receivers' copies without chaining one step to the next
+ * (comm->xferExchange). Pairwise's step k sends to r+k but receives from r-k, and Bruck
+ * forwards blocks from round to round: chains, so they are not marked. */
 static ncclxResult_t endExchange(struct ncclxComm* comm, ncclxResult_t res) {
   comm->xferExchange = 0;
   return res;
 }
 
 ncclxResult_t alltoallPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  comm->xferExchange = 1;
-  return endExchange(comm, alltoallRun(comm, a, viewPairwise, 0, 0));
+  return alltoallRun(comm, a, viewPairwise, 0, 0);
 }
 
 ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
@@ -215,7 +215,7 @@ static ncclxResult_t alltoallvPrepare(struct ncclxComm* comm, const ncclxCollArg
   return ncclxSuccess;
 }
 
-static ncclxResult_t a2avPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
+ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
   int n = comm->nranks, r = comm->rank;
   a2avSrc s;
   NCCLX_CHECK(alltoallvPrepare(comm, a, &s));
@@ -248,11 +248,6 @@ static ncclxResult_t a2avLinear(struct ncclxComm* comm, const ncclxCollArgs* a) 
   ncclxResult_t res = nx ? xferRun(comm, xfers, nx) : ncclxSuccess;
   free(xfers);
   return res;
-}
-
-ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  comm->xferExchange = 1;
-  return endExchange(comm, a2avPairwise(comm, a));
 }
 
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {

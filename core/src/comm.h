@@ -71,8 +71,8 @@ struct ncclxComm {
   /* Settings resolved at init from ncclx.ini and ncclxConfig_t. */
   double timeoutSec; /* 0 = never time out */
   size_t chunkBytes; /* pipeline chunk for large transfers */
-  int xferExchange;  /* set while a pairwise or linear all-to-all(v) runs: every send is half of
-                      * an exchange (xfer.c tells the shm transport, ncclxShmExchange) */
+  int xferExchange;  /* set while a linear all-to-all(v) runs: no send forwards received data
+                      * (xfer.c tells the shm transport per send, ncclxShmExchange) */
   int lazyConnect;
 
   /* Execution: one operation at a time per communicator. */

@@ -80,10 +80,10 @@ int ncclxShmMemFree(void* p);
  * message larger than a slot does. */
 void ncclxShmSharedCpus(void* sendComm, int shared);
 
-/* The core's word for the messages it posts next on sendComm: halves of exchanges (the peer
- * sends back to us in the same step, as in a pairwise or linear all-to-all), whose sender
- * waits for that peer anyway, so a mapped send's wait for the receiver's copy chains
- * nothing: they go mapped at any size, even where ranks share CPUs (4 ranks on 2 CPUs,
+/* The core's word for the next message it posts on sendComm (consumed by that isend): part
+ * of an exchange where every send and receive stands posted at once and nothing received is
+ * forwarded (a linear all-to-all), so a mapped send's wait for the receiver's copy chains
+ * nothing: it goes mapped at any size, even where ranks share CPUs (4 ranks on 2 CPUs,
  * all-to-all 1 MiB: 82 us against 190 through the ring). */
 void ncclxShmExchange(void* sendComm, int on);
 

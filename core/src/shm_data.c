@@ -460,6 +460,8 @@ ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* m
   (void)mhandle, (void)phandle;
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND || !request) return ncclxInternalError;
+  int exchange = c->exchange; /* for this message only (ncclxShmExchange) */
+  c->exchange = 0;
   *request = NULL;
   if (size > 0 && !data) {
     SHM_WARN(c->ctx, "isend: NULL buffer for %zu bytes", size);
@@ -467,8 +469,8 @@ ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* m
   }
   if (c->err != ncclxSuccess) return c->err;
   shmReq* r = reqPost(c, data, size, tag);
-  if (!r) return ncclxSuccess; /* queue full: the core retries */
-  r->exchange = c->exchange;
+  if (!r) return ncclxSuccess; /* queue full: the core retries (and says it again) */
+  r->exchange = exchange;
   int progress = 0;
   sendProgress(c, &progress);
   *request = r;

@@ -209,7 +209,7 @@ typedef struct {
   uint64_t ackSeq; /* send, SHM_MSG_CMA: the slot use whose `done` acks it */
   int started;     /* recv: SHM_MSG_* of the message's first slot once seen */
   int mapFailed;   /* recv, SHM_MSG_MAPPED: mapping failed, process_vm_readv reads the rest */
-  int exchange;    /* send: posted as half of an exchange: mapped at any size */
+  int exchange;    /* send: posted as part of an exchange: mapped at any size */
   int tag;
 } shmReq;
 
@@ -249,7 +249,7 @@ struct shmComm {
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
   size_t mappedMin; /* smallest message sent mapped (ncclxShmSharedCpus) */
-  int exchange;     /* the next messages posted are halves of exchanges (ncclxShmExchange) */
+  int exchange;     /* the next message posted is part of an exchange (ncclxShmExchange) */
   ncclxSharedCopy slotCopy; /* plain or non-temporal copies into the slots (copyToSlot) */
   shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
   char name[SHM_NAME_MAX];
