@@ -136,8 +136,12 @@ typedef struct {
   _Alignas(64) _Atomic uint32_t sleepers; /* ranks asleep in llWaitStep */
   _Atomic uint32_t wake;                    /* futex word: bumped when sleepers may proceed */
   char pad1[56];
+  /* Per bulk bank: seq << 8 | rank of the last broadcast root that claimed it (llBcastClaim). */
+  _Alignas(64) _Atomic uint64_t bulkRoot[LL_BULK_BANKS];
+  char pad2[64 - 8 * LL_BULK_BANKS];
 } llHeader;
-_Static_assert(sizeof(llHeader) == 128, "LL header is two lines");
+_Static_assert(sizeof(llHeader) == 192, "LL header is three lines");
+_Static_assert(COLL_LL_MAX_RANKS <= 256, "a bulk bank's claim holds the root in 8 bits");
 
 struct ncclxLLBoard {
   char name[64];
@@ -559,6 +563,9 @@ static void llDescribe(char* buf, size_t size, int coll, int type, int op, int r
 static ncclxResult_t llMismatch(struct ncclxComm* comm, const ncclxCollArgs* a, int peer,
                                 uint64_t theirs) {
   char who[128], mine[96], other[96];
+  /* A broadcast's lines are written by the rank that took itself for the root, whoever the
+   * reader expected. */
+  if ((int)(theirs >> 56) == NCCLX_COLL_BROADCAST) peer = (int)((theirs >> 32) & 0xff);
   llDescribe(other, sizeof(other), (int)(theirs >> 56), (int)((theirs >> 48) & 0xff),
              (int)((theirs >> 40) & 0xff), (int)((theirs >> 32) & 0xff));
   llDescribe(mine, sizeof(mine), a->coll, a->datatype, a->op, a->root & 0xff);
@@ -898,6 +905,25 @@ static ncclxResult_t llGatherRound(struct ncclxComm* comm, struct ncclxLLBoard* 
   return ncclxSuccess;
 }
 
+/* Two ranks that both take themselves for a bulk broadcast's root would copy into the same
+ * bank, and a reader, which checks the one flag of a round, could take a mix of the two
+ * without an error. So a root claims the bank before copying. A bank is reused only once
+ * every rank has finished the call before it in the bank (llWaitReusable), so a claim of this
+ * very call can only be another root's: the second root fails before it writes a byte. */
+static ncclxResult_t llBcastClaim(const llCall* c) {
+  uint64_t mine = c->seq << 8 | (uint64_t)c->comm->rank;
+  uint64_t prev = atomic_exchange_explicit(&c->b->hdr->bulkRoot[c->seq & (LL_BULK_BANKS - 1)],
+                                           mine, memory_order_acq_rel);
+  if (prev >> 8 != c->seq) return ncclxSuccess;
+  char who[128];
+  return commFail(c->comm, ncclxInvalidUsage,
+                  "broadcast #%llu: %s broadcasts as the root of this call too, where rank %d "
+                  "is root for this rank: ranks disagree on the root (collectives differ across "
+                  "ranks)",
+                  (unsigned long long)c->comm->curOpSeq,
+                  commDescribeRank(c->comm, (int)(prev & 0xff), who, sizeof(who)), c->comm->rank);
+}
+
 /* One round of a bulk broadcast: bytes [off, off + len) of the root's buffer, through the
  * whole bulk bank (every rank's region of it). The root copies them in once (copyToShared:
  * plain or non-temporal) and every other rank copies them out once (non-temporal if
@@ -911,6 +937,7 @@ static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b
   if (comm->rank == a->root) {
     const char* send = (const char*)a->sendbuff + off;
     NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
+    NCCLX_CHECK(llBcastClaim(&c));
     copyToShared(&b->bulkCopy, NCCLX_NT_AUTO, bank, send, len);
     llWrite(&c, NULL, 0, 0, 0);
     llWakeSleepers(b);

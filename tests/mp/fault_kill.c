@@ -51,14 +51,23 @@
  *                            MP_FAULT_COUNT=4000 and an extra 1048 the others' 4000-byte blocks
  *                            go through the board's lines and rank 1's 8 KiB through the bulk
  *                            regions: the two paths must still fail, not wait for each other.
+ *   fault_kill bcast-root    (NCCLX_PROTO=ll: a broadcast through the board's bulk area) rank 1
+ *                            takes itself for the root where the others name rank 0: both
+ *                            would write the same bulk bank. Exactly one of ranks 0 and 1 must
+ *                            fail, saying the calls differ; ranks 2 and 3 either fail or end
+ *                            with rank 0's data, never a mix; every rank returns within 10 s.
  *
  * Each child checks its own conditions and exits 0 or 1; the parent checks exit statuses
  * and a wall-clock bound. */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mp_fork.h"
@@ -454,6 +463,74 @@ static int gatherCountRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return bad ? 1 : 0;
 }
 
+/* bcast-root: how many ranks have returned from the broadcast (shared by the forked ranks).
+ * None aborts before all have: an early abort notice could reach a root before it claims
+ * the bank, and it would then fail for that reason instead of seeing the other root. */
+static _Atomic int* g_returned;
+
+static int bcastRootRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)arg;
+  ncclxComm_t comm = initRank(rank, id);
+  float* b = malloc(g_count * sizeof(float));
+  for (size_t i = 0; i < g_count; i++) b[i] = rank <= 1 ? (float)(rank * 1000 + (int)(i % 241)) : -1.0f;
+  MP_CALL(rank, comm, ncclxBarrier(comm, NULL));
+  int root = rank == 1 ? 1 : 0;
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxBroadcast(b, b, g_count, ncclxFloat32, root, comm, NULL);
+  double dt = mpNow() - t0;
+  const char* msg = ncclxGetLastError(comm);
+  printf("rank %d: broadcast with root %d returned %s after %.2f s: \"%s\"\n", rank, root,
+         ncclxGetErrorString(res), dt, msg);
+  int bad = 0;
+  if (dt > 10.0) bad += failf(rank, "returning took more than %s", "10 s");
+  if (res != ncclxSuccess && rank <= 1 && !mpContainsCI(msg, "differ"))
+    bad += failf(rank, "a root's message does not say the calls %s", "differ");
+  if (res == ncclxSuccess) /* a root keeps its own data; a reader has rank 0's */
+    for (size_t i = 0; i < g_count && !bad; i++)
+      if (b[i] != (float)((rank == 1 ? 1000 : 0) + (int)(i % 241)))
+        bad += failf(rank, "a broadcast that succeeded %s", "holds wrong data");
+  /* The verdict on both roots together goes through the exit status: 0 ok, 1 bad, 3 ok and
+   * this root failed. */
+  atomic_fetch_add(g_returned, 1);
+  for (double w = mpNow(); atomic_load(g_returned) < nranks && mpNow() - w < 30.0;) usleep(1000);
+  ncclxCommAbort(comm);
+  free(b);
+  if (bad) return 1;
+  return rank <= 1 && res != ncclxSuccess ? 3 : 0;
+}
+
+static int runBcastRoot(void) {
+  double t0 = mpNow();
+  g_returned = mmap(NULL, sizeof(*g_returned), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (g_returned == MAP_FAILED) return failf(-1, "mmap: %s", strerror(errno));
+  atomic_store(g_returned, 0);
+  ncclxUniqueId id;
+  MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, bcastRootRank, id, NULL);
+  int all[NRANKS] = {0, 1, 2, 3};
+  mpJobWait(&g_job, all, NRANKS, t0 + 60.0);
+  int bad = 0, rootsFailed = 0;
+  char d[96];
+  for (int r = 0; r < NRANKS; r++) {
+    int st = g_job.done[r] && g_job.status[r] != -1 && WIFEXITED(g_job.status[r])
+                 ? WEXITSTATUS(g_job.status[r])
+                 : -1;
+    int ok = st == 0 || (r <= 1 && st == 3);
+    rootsFailed += st == 3;
+    printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
+    bad += !ok;
+  }
+  if (rootsFailed != 1) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", rootsFailed);
+    bad += failf(-1, "%s of the two roots failed; exactly one must", n);
+  }
+  mpJobKillRest(&g_job);
+  munmap(g_returned, sizeof(*g_returned));
+  printf("parent: bcast-root scenario took %.1f s\n", mpNow() - t0);
+  return bad ? 1 : 0;
+}
+
 static int runMismatch(int (*rankFn)(int, int, ncclxUniqueId, void*), const char* name) {
   double t0 = mpNow();
   ncclxUniqueId id;
@@ -471,10 +548,10 @@ int main(int argc, char** argv) {
   int isTimeout = !strcmp(sc, "timeout") || !strcmp(sc, "timeout-cold");
   if (!isTimeout && strcmp(sc, "kill") && strcmp(sc, "abort") && strcmp(sc, "abort-waiter") &&
       strcmp(sc, "mismatch") && strcmp(sc, "bcast-count") && strcmp(sc, "bcast-skip") &&
-      strcmp(sc, "gather-count")) {
+      strcmp(sc, "gather-count") && strcmp(sc, "bcast-root")) {
     fprintf(stderr,
             "usage: %s kill|abort|abort-waiter|timeout|timeout-cold|mismatch|bcast-count|bcast-skip|"
-            "gather-count\n",
+            "gather-count|bcast-root\n",
             argv[0]);
     return 2;
   }
@@ -502,6 +579,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(sc, "bcast-count")) rc = runMismatch(bcastCountRank, "bcast-count");
   else if (!strcmp(sc, "bcast-skip")) rc = runMismatch(bcastSkipRank, "bcast-skip");
   else if (!strcmp(sc, "gather-count")) rc = runMismatch(gatherCountRank, "gather-count");
+  else if (!strcmp(sc, "bcast-root")) rc = runBcastRoot();
   else rc = runTimeout(!strcmp(sc, "timeout"));
   printf("fault_kill %s: %s\n", sc, rc ? "FAIL" : "PASS");
   return rc;
