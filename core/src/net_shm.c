@@ -241,7 +241,7 @@ void ncclxShmExchange(void* sendComm, int on) {
 void ncclxShmSharedCpus(void* sendComm, int shared) {
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND) return;
-  c->mappedMin = shared ? (size_t)c->nslots * c->payloadBytes + 1 : 0;
+  c->mappedMin = shared ? (size_t)c->nslots * c->payloadBytes + 1 : SHM_MAPPED_MIN_BYTES;
 }
 
 void ncclxShmPreferCopy(void* sendComm, int prefer) {

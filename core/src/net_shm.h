@@ -77,7 +77,7 @@ int ncclxShmMemFree(void* p);
  * that fits the ring's slots frees the sender once copied in. With ranks waiting for CPUs that
  * wait chains ring steps together (4 ranks on 2 CPUs, allreduce 512 KiB-2 MiB: 2x slower
  * mapped), so there only messages larger than the ring go mapped; with a CPU each, every
- * message larger than a slot does. */
+ * message of 4 KiB or more does (SHM_MAPPED_MIN_BYTES), slot-sized ones included. */
 void ncclxShmSharedCpus(void* sendComm, int shared);
 
 /* The core's word for the next message it posts on sendComm (consumed by that isend): part

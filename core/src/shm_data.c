@@ -99,10 +99,27 @@ static inline void publish(shmComm* c, shmSlot* sl, uint32_t kind, const shmReq*
   c->seq++;
 }
 
+/* The smallest message r that goes mapped when it lies in an ncclxMemAlloc allocation: where
+ * ranks share CPUs only messages larger than the ring, or any larger than a slot for one
+ * half of an exchange (ncclxShmSharedCpus, ncclxShmExchange); else SHM_MAPPED_MIN_BYTES. */
+static size_t mappedMinOf(const shmComm* c, const shmReq* r) {
+  if (r->exchange && c->mappedMin > c->payloadBytes) return c->payloadBytes + 1;
+  return c->mappedMin;
+}
+
 /* Publishes as much of request r as the ring takes; returns 1 when r is fully published. */
 static int sendOne(shmComm* c, shmReq* r, int* published) {
-  if (r->size <= c->payloadBytes) {
-    if (!slotFree(c)) return 0;
+  size_t mappedMin = mappedMinOf(c, r);
+  int fits = r->size <= c->payloadBytes; /* one slot holds it */
+  /* A message that does not fit needs the receiver's mode; one that could go mapped asks
+   * whether the receiver maps, but goes through a slot while that is not known yet. */
+  if ((!fits || r->size >= mappedMin) && !c->attached && shmCheckAttached(c) != ncclxSuccess) return 0;
+  if (!fits && !c->attached) return 0;
+  if (!slotFree(c)) return 0; /* every way needs one; checked before the registry's lock */
+  shmMemRef ref; /* a message begun in fragments stays in fragments */
+  int mapped = r->off == 0 && c->attached && c->mapOk && r->size >= mappedMin &&
+               shmMemFind(r->data, r->size, &ref);
+  if (fits && !mapped) {
     shmSlot* sl = slotOf(c, c->seq);
     if (r->size)
       copyToSlot(c, r->size <= SHM_TINY_BYTES ? (char*)sl->s.tiny : payloadOf(c, c->seq), r->data, r->size);
@@ -112,14 +129,9 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
     *published = 1;
     return 1;
   }
-  if (!c->attached && (shmCheckAttached(c) != ncclxSuccess || !c->attached)) return 0; /* mode unknown yet */
   /* One memcpy by the receiver beats both CMA and two copies; but with ranks sharing CPUs,
    * a message the ring could hold is better copied in and left (ncclxShmSharedCpus). */
-  int cma = c->mode == SHM_MODE_CMA && !c->preferCopy;
-  if (!slotFree(c)) return 0; /* every way needs one; checked before the registry's lock */
-  shmMemRef ref; /* a message begun in fragments stays in fragments */
-  size_t mappedMin = r->exchange ? 0 : c->mappedMin;
-  int mapped = r->off == 0 && c->mapOk && r->size >= mappedMin && shmMemFind(r->data, r->size, &ref);
+  int cma = !fits && c->mode == SHM_MODE_CMA && !c->preferCopy;
   if (mapped || cma) {
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;

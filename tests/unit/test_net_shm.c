@@ -506,6 +506,34 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
   CHECK(ncclxShmCommMappedMessages(isParent ? p->send : p->recv) == want,
         "with shared CPUs: %lld mapped messages, expected %lld", ncclxShmCommMappedMessages(isParent ? p->send : p->recv),
         want);
+  /* With a CPU per rank, messages a slot could hold go mapped too, from 4 KiB
+   * (SHM_MAPPED_MIN_BYTES); with shared CPUs they stay in the slots, exchange or not. */
+  struct Small {
+    size_t n;
+    int shared, exchange, mapped;
+  } smalls[] = {{4095, 0, 0, 0}, {4096, 0, 0, 1}, {40000, 0, 0, 1}, {40000, 1, 0, 0}, {40000, 1, 1, 0}};
+  int nsmalls = (int)(sizeof(smalls) / sizeof(smalls[0]));
+  for (int k = 0; k < nsmalls; k++) {
+    uint64_t seed = 90 + (uint64_t)k;
+    if (isParent) {
+      ncclxShmSharedCpus(p->send, smalls[k].shared);
+      if (smalls[k].exchange) ncclxShmExchange(p->send, 1);
+      fill(recvBuf, smalls[k].n, seed);
+      memcpy(allocs[2] + 3, recvBuf, smalls[k].n);
+      CHECK(sendWait(p->send, allocs[2] + 3, smalls[k].n, p->sendFd) == ncclxSuccess, "small send %d failed", k);
+      ncclxShmSharedCpus(p->send, 0);
+    } else {
+      size_t got = 0;
+      CHECK(recvWait(p->recv, recvBuf, smalls[k].n, &got, p->recvFd) == ncclxSuccess && got == smalls[k].n &&
+                verify(recvBuf, smalls[k].n, seed) == smalls[k].n,
+            "small message %d (%zu bytes): wrong data", k, smalls[k].n);
+    }
+    want += want ? smalls[k].mapped : 0;
+    CHECK(ncclxShmCommMappedMessages(isParent ? p->send : p->recv) == want,
+          "small message %d (%zu bytes, shared CPUs %d, exchange %d): %lld mapped messages, expected %lld", k,
+          smalls[k].n, smalls[k].shared, smalls[k].exchange,
+          ncclxShmCommMappedMessages(isParent ? p->send : p->recv), want);
+  }
   if (isParent) {
     CHECK(ncclxShmMemFree(allocs[0] + 1) == 0, "a pointer inside an allocation was released");
     for (int k = 0; k <= NSMALL; k++) CHECK(ncclxShmMemFree(allocs[k]) == 1, "allocation %d not released", k);
