@@ -340,8 +340,7 @@ static void recvDestroy(shmComm* c) {
   if (c->mappedMessages)
     SHM_INFO(c->ctx, "receive from pid %d: %llu messages through mapped ncclxMemAlloc buffers", (int)c->peerPid,
              (unsigned long long)c->mappedMessages);
-  for (int i = 0; i < SHM_MAP_CACHE; i++)
-    if (c->maps[i].base) munmap(c->maps[i].base, c->maps[i].bytes);
+  shmMapCacheClear(&c->maps);
   if (c->hdr) munmap(c->hdr, c->mapBytes);
   if (c->bellWait >= 0) close(c->bellWait);
   if (c->bellRing >= 0) close(c->bellRing);
@@ -408,14 +407,14 @@ static void chooseMapped(shmComm* c, char* why, size_t whyLen) {
     snprintf(why, whyLen, "the sender could not make its probe allocation (memfd refused)");
     return;
   }
-  shmMemRef probe = {.id = hdr->mapProbeId, .bytes = SHM_PAGE, .fd = hdr->mapProbeFd};
+  shmMemRef probe = {.id = hdr->mapProbeId, .bytes = SHM_MEM_PROBE_BYTES, .fd = hdr->mapProbeFd};
   char* base = NULL;
   int err = shmMemMapPeer(c->peerPid, &probe, &base);
   if (err) {
     snprintf(why, whyLen, "cannot map pid %d's probe allocation: %s", (int)c->peerPid, strerror(err));
     return;
   }
-  munmap(base, SHM_PAGE);
+  munmap(base, SHM_MEM_PROBE_BYTES);
   snprintf(why, whyLen, "the sender's ncclxMemAlloc buffers map");
   c->mapOk = 1;
 }

@@ -229,26 +229,6 @@ static int cmaRead(shmComm* c, shmReq* r, shmSlot* sl) {
   return r->off == r->got;
 }
 
-/* The base of the sender's allocation ref in this process, mapping it on first use (the
- * least recently used of SHM_MAP_CACHE is unmapped to make room); 0, or an errno. */
-static int mapOf(shmComm* c, const shmMemRef* ref, char** base) {
-  shmMapEntry* victim = &c->maps[0];
-  for (int i = 0; i < SHM_MAP_CACHE; i++) {
-    shmMapEntry* e = &c->maps[i];
-    if (e->base && e->id == ref->id && e->bytes == ref->bytes) {
-      e->lastUse = ++c->mapClock;
-      *base = e->base;
-      return 0;
-    }
-    if (!e->base || (victim->base && e->lastUse < victim->lastUse)) victim = e;
-  }
-  int err = shmMemMapPeer(c->peerPid, ref, base);
-  if (err) return err;
-  if (victim->base) munmap(victim->base, victim->bytes);
-  *victim = (shmMapEntry){.id = ref->id, .bytes = (size_t)ref->bytes, .base = *base, .lastUse = ++c->mapClock};
-  return 0;
-}
-
 /* Copies a MAPPED message into r, at most SHM_CMA_BUDGET bytes per call like cmaRead.
  * Returns 1 when r is complete. */
 static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
@@ -261,7 +241,7 @@ static int mappedRead(shmComm* c, shmReq* r, shmSlot* sl) {
     return 0;
   }
   char* base = NULL;
-  int err = r->mapFailed ? r->mapFailed : mapOf(c, &ref, &base);
+  int err = r->mapFailed ? r->mapFailed : shmMapCacheGet(&c->maps, c->peerPid, &ref, &base);
   /* The fd gone or naming something else: the sender released the buffer too early. */
   int gone = err == ENOENT || err == ESTALE;
   if (err && !gone && c->mode == SHM_MODE_CMA) {

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "copy_nt.h"
+#include "shm_mem.h"
 #include "ncclx/net.h"
 
 #define SHM_LINE 64
@@ -186,24 +187,8 @@ enum { SHM_REQ_FREE = 0, SHM_REQ_POSTED, SHM_REQ_WAIT_ACK, SHM_REQ_DONE };
 
 typedef struct shmComm shmComm;
 
-/* An ncclxMemAlloc allocation of the sender, as an SHM_MSG_MAPPED slot names it (in tiny[]). */
-typedef struct {
-  uint64_t id;     /* unique in the sender's process; its memfd is named SHM_MEM_NAME<id> */
-  uint64_t bytes;  /* the allocation's size */
-  uint64_t offset; /* of the message in it */
-  int32_t fd;      /* the memfd's number in the sender */
-  uint32_t pad;
-} shmMemRef;
 _Static_assert(sizeof(shmMemRef) <= SHM_TINY_BYTES, "a mapped message's reference fits the slot line");
 
-/* Receiver: sender allocations mapped so far (least recently used evicted). */
-#define SHM_MAP_CACHE 8
-typedef struct {
-  uint64_t id;
-  size_t bytes;
-  char* base; /* NULL: unused */
-  uint64_t lastUse;
-} shmMapEntry;
 
 typedef struct {
   uint32_t magic;
@@ -249,8 +234,7 @@ struct shmComm {
   int armed;
   uint64_t lastCheckNs;
   /* Receiver only. */
-  shmMapEntry maps[SHM_MAP_CACHE];
-  uint64_t mapClock;
+  shmMapCache maps; /* the sender's allocations */
   int mapFallback; /* a mapping failed and CMA read the message instead (logged once) */
   /* Sender only. */
   int attached;
@@ -302,15 +286,6 @@ int shmCleanStale(shmCtx* ctx);
 /* process_vm_readv of len bytes: bytes copied (may be short), or -errno. */
 ssize_t shmCmaRead(pid_t pid, void* local, uint64_t remote, size_t len);
 
-/* ---- shm_mem.c: peer-mapped ncclxMemAlloc allocations. ---- */
-#define SHM_MEM_NAME "ncclx-mem-"
-/* Does [p, p + len) lie in one of this process's shared allocations? Fills *ref. */
-int shmMemFind(const void* p, size_t len, shmMemRef* ref);
-/* This process's probe allocation (one page, made once): its fd and id; 0, or -1 if none. */
-int shmMemProbe(int32_t* fd, uint64_t* id);
-/* Maps ref's allocation of process pid read-only; 0, or an errno (ESTALE: the fd no longer
- * names that allocation). */
-int shmMemMapPeer(pid_t pid, const shmMemRef* ref, char** base);
 
 /* ---- shm_conn.c: connection setup and teardown. ---- */
 ncclxResult_t shmListen(void* ctx, int dev, void* handle, void** listenComm);

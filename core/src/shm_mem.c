@@ -25,6 +25,7 @@
 
 #include "net_shm.h"
 #include "shm_internal.h"
+#include "shm_mem.h"
 
 #define SHM_MEM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
@@ -162,7 +163,7 @@ static pthread_once_t probeOnce = PTHREAD_ONCE_INIT;
 static int32_t probeFd = -1;
 static uint64_t probeId;
 static void probeCreate(void) {
-  if (!memAlloc(SHM_PAGE, 1, &probeFd, &probeId)) probeFd = -1;
+  if (!memAlloc(SHM_MEM_PROBE_BYTES, 1, &probeFd, &probeId)) probeFd = -1;
 }
 
 int shmMemProbe(int32_t* fd, uint64_t* id) {
@@ -211,4 +212,31 @@ int shmMemMapPeer(pid_t pid, const shmMemRef* ref, char** base) {
   if (err) return err;
   *base = m;
   return 0;
+}
+
+int shmMapCacheGet(shmMapCache* cache, pid_t pid, const shmMemRef* ref, char** base) {
+  int victim = 0;
+  for (int i = 0; i < SHM_MAP_CACHE; i++) {
+    if (cache->e[i].base && cache->e[i].id == ref->id && cache->e[i].bytes == ref->bytes) {
+      cache->e[i].lastUse = ++cache->clock;
+      *base = cache->e[i].base;
+      return 0;
+    }
+    if (!cache->e[i].base || (cache->e[victim].base && cache->e[i].lastUse < cache->e[victim].lastUse))
+      victim = i;
+  }
+  int err = shmMemMapPeer(pid, ref, base);
+  if (err) return err;
+  if (cache->e[victim].base) munmap(cache->e[victim].base, cache->e[victim].bytes);
+  cache->e[victim].id = ref->id;
+  cache->e[victim].bytes = (size_t)ref->bytes;
+  cache->e[victim].base = *base;
+  cache->e[victim].lastUse = ++cache->clock;
+  return 0;
+}
+
+void shmMapCacheClear(shmMapCache* cache) {
+  for (int i = 0; i < SHM_MAP_CACHE; i++)
+    if (cache->e[i].base) munmap(cache->e[i].base, cache->e[i].bytes);
+  *cache = (shmMapCache){0};
 }
