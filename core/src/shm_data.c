@@ -100,10 +100,10 @@ static inline void publish(shmComm* c, shmSlot* sl, uint32_t kind, const shmReq*
 }
 
 /* The smallest message r that goes mapped when it lies in an ncclxMemAlloc allocation: where
- * ranks share CPUs only messages larger than the ring, or any larger than a slot for one
- * half of an exchange (ncclxShmSharedCpus, ncclxShmExchange); else SHM_MAPPED_MIN_BYTES. */
+ * ranks share CPUs only messages larger than the ring, or from SHM_EXCHANGE_MAPPED_MIN for
+ * one half of an exchange (ncclxShmSharedCpus, ncclxShmExchange); else SHM_MAPPED_MIN_BYTES. */
 static size_t mappedMinOf(const shmComm* c, const shmReq* r) {
-  if (r->exchange && c->mappedMin > c->payloadBytes) return c->payloadBytes + 1;
+  if (r->exchange && c->mappedMin > SHM_EXCHANGE_MAPPED_MIN) return SHM_EXCHANGE_MAPPED_MIN;
   return c->mappedMin;
 }
 

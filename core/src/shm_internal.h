@@ -44,6 +44,11 @@
  * 1.83, reduce-scatter 16 KiB 1.87 / 0.71, all-to-all 32 KiB 3.32 / 1.08; 4 KiB messages
  * gained too (broadcast 8 KiB in 2 pieces: 0.98 / 0.50). */
 #define SHM_MAPPED_MIN_BYTES ((size_t)4096)
+/* Where ranks share CPUs, the sends of an exchange (ncclxShmExchange) go mapped from this
+ * size: 4 ranks on 2 CPUs, linear all-to-all, alternating runs, medians (us, slots / mapped):
+ * 32 KiB (8 KiB blocks) 8.14 / 6.16, 256 KiB 50.5 / 16.1; 8 ranks, 128 KiB 72 / 30, 512 KiB
+ * 316 / 184. From 4 KiB it was slower (4 ranks, 16 KiB: 6.07 / 7.95). */
+#define SHM_EXCHANGE_MAPPED_MIN ((size_t)8192)
 
 /* Progress heuristics. */
 #define SHM_ARM_IDLE 128                      /* idle test() calls before arming the doorbell */

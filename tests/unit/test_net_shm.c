@@ -486,7 +486,7 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
     memcpy(allocs[0], recvBuf, exceeds);
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "send of a ring's worth failed");
     CHECK(sendWait(p->send, allocs[0], exceeds, p->sendFd) == ncclxSuccess, "send beyond the ring failed");
-    ncclxShmExchange(p->send, 1); /* part of an exchange: mapped at any size */
+    ncclxShmExchange(p->send, 1); /* part of an exchange: mapped from 8 KiB */
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "exchange send failed");
     /* The word covers one message: the next goes through the ring again. */
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "send after the exchange failed");
@@ -507,11 +507,13 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
         "with shared CPUs: %lld mapped messages, expected %lld", ncclxShmCommMappedMessages(isParent ? p->send : p->recv),
         want);
   /* With a CPU per rank, messages a slot could hold go mapped too, from 4 KiB
-   * (SHM_MAPPED_MIN_BYTES); with shared CPUs they stay in the slots, exchange or not. */
+   * (SHM_MAPPED_MIN_BYTES); with shared CPUs they stay in the slots unless part of an
+   * exchange of 8 KiB or more (SHM_EXCHANGE_MAPPED_MIN). */
   struct Small {
     size_t n;
     int shared, exchange, mapped;
-  } smalls[] = {{4095, 0, 0, 0}, {4096, 0, 0, 1}, {40000, 0, 0, 1}, {40000, 1, 0, 0}, {40000, 1, 1, 0}};
+  } smalls[] = {{4095, 0, 0, 0}, {4096, 0, 0, 1}, {40000, 0, 0, 1}, {40000, 1, 0, 0},
+                {8191, 1, 1, 0},  {8192, 1, 1, 1}, {40000, 1, 1, 1}};
   int nsmalls = (int)(sizeof(smalls) / sizeof(smalls[0]));
   for (int k = 0; k < nsmalls; k++) {
     uint64_t seed = 90 + (uint64_t)k;
