@@ -12,6 +12,7 @@
 
 #include "coll.h"
 #include "debug.h"
+#include "net_shm.h"
 #include "xfer.h"
 
 typedef struct {
@@ -133,10 +134,10 @@ static ncclxResult_t alltoallRun(struct ncclxComm* comm, const ncclxCollArgs* a,
 
 /* Linear posts every send and receive at once and forwards nothing it receives, so its
  * sends may wait for their receivers' copies without chaining one step to the next
- * (comm->xferExchange). Pairwise's step k sends to r+k but receives from r-k, and Bruck
+ * (comm->xferSendKind). Pairwise's step k sends to r+k but receives from r-k, and Bruck
  * forwards blocks from round to round: chains, so they are not marked. */
 static ncclxResult_t endExchange(struct ncclxComm* comm, ncclxResult_t res) {
-  comm->xferExchange = 0;
+  comm->xferSendKind = NCCLX_SHM_SEND_COLL;
   return res;
 }
 
@@ -145,7 +146,7 @@ ncclxResult_t alltoallPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
 }
 
 ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  comm->xferExchange = 1;
+  comm->xferSendKind = NCCLX_SHM_SEND_EXCHANGE;
   return endExchange(comm, alltoallRun(comm, a, viewLinear, 0, 0));
 }
 
@@ -251,6 +252,6 @@ static ncclxResult_t a2avLinear(struct ncclxComm* comm, const ncclxCollArgs* a) 
 }
 
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  comm->xferExchange = 1;
+  comm->xferSendKind = NCCLX_SHM_SEND_EXCHANGE;
   return endExchange(comm, a2avLinear(comm, a));
 }

@@ -100,7 +100,7 @@ _Static_assert(sizeof(llLine) == 64, "an LL line is one cache line");
 
 typedef struct {
   _Atomic uint64_t done; /* last LL call this rank finished */
-  /* Whether this rank can map the others' ncclxMemAlloc allocations (llMapCheck): LL_MAP_*,
+  /* Whether this rank can map the others' ncclxMemAlloc allocations (llMapUpdate): LL_MAP_*,
    * and the probe page they try it on (shmMemProbe; fd -1: none). */
   _Atomic uint64_t mapState;
   uint64_t probeId;
@@ -176,7 +176,7 @@ struct ncclxLLBoard {
   uint64_t knownDone; /* every rank has finished at least this call */
   int unlinked;
   int bulkReady; /* this rank made sure the bulk area's pages exist (llBulkPopulate) */
-  int mapped;    /* LL_MAP_YES: bulk broadcasts read the root's ncclxMemAlloc buffer (llMapCheck) */
+  int mapAll;    /* LL_MAP_YES: every rank can map every other's allocations (llMapUpdate) */
   shmMapCache* maps;      /* per root rank, allocations mapped for mapped rounds */
   uint64_t mappedRounds;  /* rounds this rank read from a mapping */
   ncclxSharedCopy bulkCopy; /* this rank's copies into the bulk area: plain or non-temporal */
@@ -430,7 +430,7 @@ static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) 
     free(b);
     return res;
   }
-  /* The probe page the others try mapping before reading this rank's buffers (llMapCheck). */
+  /* The probe page the others try mapping before reading this rank's buffers (llMapUpdate). */
   llCtl* own = &b->ctl[comm->rank];
   own->probeFd = -1;
   if (!llMapAllowed() || shmMemProbe(&own->probeFd, &own->probeId) != 0) own->probeFd = -1;
@@ -963,40 +963,42 @@ static ncclxResult_t llBcastClaim(const llCall* c) {
 /* With a CPU per rank, a bulk broadcast's readers copy straight out of the root's buffer
  * when it lies in an ncclxMemAlloc allocation: one copy per reader where the bulk bank costs
  * the root a copy in and each reader one out, and the root's own copy alone is left to it.
- * 2 ranks, alternating runs, medians: 2 MiB 228 us against 121 through the transport's
- * mapped messages, 16 MiB 1903 against 952. Every rank must be able to map every other's
- * allocations, so on its first bulk broadcast each tries the others' probe pages and all
- * wait for everyone's verdict (llMapCheck); the rounds are mapped only if all said yes. */
-static ncclxResult_t llMapCheck(struct ncclxComm* comm, struct ncclxLLBoard* b) {
-  int n = comm->nranks, me = comm->rank, ok = commRanksOwnCpus(comm) && llMapAllowed();
-  if (!commRanksOwnCpus(comm)) { /* the same answer on every rank: no need to ask */
-    b->mapped = LL_MAP_NO;
-    return ncclxSuccess;
+ * 2 ranks, alternating runs, medians: 2 MiB 228 us against 128, 16 MiB 1903 against 928
+ * (Open MPI 175 and 1512). A root names its buffer only once every rank has said that it can
+ * map every other's allocations. Each says so in its control line at its first bulk
+ * broadcasts, after mapping the others' probe pages, and waits for nobody: a rank waiting
+ * here for the others could wait for a call they never make (mismatched calls must fail as
+ * such). Until all have said yes, and for good after a no, rounds go through the bank;
+ * readers follow each round's flag line. */
+static void llMapUpdate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
+  if (b->mapAll != LL_MAP_UNKNOWN) return;
+  int n = comm->nranks, me = comm->rank;
+  if (!commRanksOwnCpus(comm)) { /* the same answer on every rank: nothing to tell */
+    b->mapAll = LL_MAP_NO;
+    return;
   }
-  llWaiter w;
-  llWaiterInit(&w, comm, b);
-  for (int r = 0; r < n && ok; r++) {
-    if (r == me) continue;
-    while (atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire) < LL_MAP_PROBE_SET)
-      NCCLX_CHECK(llWaitStep(&w, &b->ctl[r].mapState, LL_MAP_PROBE_SET, "the board's attach", r));
-    shmMemRef probe = {.id = b->ctl[r].probeId, .bytes = SHM_MEM_PROBE_BYTES, .fd = b->ctl[r].probeFd};
-    char* base = NULL;
-    ok = probe.fd >= 0 && shmMemMapPeer(comm->peerInfo[r].pid, &probe, &base) == 0;
-    if (ok) munmap(base, SHM_MEM_PROBE_BYTES);
-    else INFO(NCCLX_LOG_COLL, "LL protocol: cannot map rank %d's ncclxMemAlloc buffers; bulk broadcasts go through the board", r);
+  _Atomic uint64_t* mine = &b->ctl[me].mapState;
+  if (atomic_load_explicit(mine, memory_order_relaxed) < LL_MAP_YES) {
+    int ok = llMapAllowed();
+    for (int r = 0; r < n && ok; r++) {
+      if (r == me) continue;
+      if (atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire) < LL_MAP_PROBE_SET)
+        return; /* not attached yet: ask again at the next bulk broadcast */
+      shmMemRef probe = {.id = b->ctl[r].probeId, .bytes = SHM_MEM_PROBE_BYTES, .fd = b->ctl[r].probeFd};
+      char* base = NULL;
+      ok = probe.fd >= 0 && shmMemMapPeer(comm->peerInfo[r].pid, &probe, &base) == 0;
+      if (ok) munmap(base, SHM_MEM_PROBE_BYTES);
+      else INFO(NCCLX_LOG_COLL, "LL protocol: cannot map rank %d's ncclxMemAlloc buffers; bulk broadcasts go through the board", r);
+    }
+    if (ok && !(b->maps = calloc((size_t)n, sizeof(*b->maps)))) ok = 0;
+    atomic_store_explicit(mine, ok ? LL_MAP_YES : LL_MAP_NO, memory_order_release);
   }
-  if (ok && !b->maps && !(b->maps = calloc((size_t)n, sizeof(*b->maps)))) ok = 0;
-  atomic_store_explicit(&b->ctl[me].mapState, ok ? LL_MAP_YES : LL_MAP_NO, memory_order_release);
-  llWakeSleepers(b);
-  int all = 1;
   for (int r = 0; r < n; r++) {
-    uint64_t v;
-    while ((v = atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire)) < LL_MAP_YES)
-      NCCLX_CHECK(llWaitStep(&w, &b->ctl[r].mapState, LL_MAP_YES, "the others' mapping check", r));
-    all &= v == LL_MAP_YES;
+    uint64_t v = atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire);
+    if (v == LL_MAP_NO) b->mapAll = LL_MAP_NO;
+    if (v < LL_MAP_YES) return;
   }
-  b->mapped = all ? LL_MAP_YES : LL_MAP_NO;
-  return ncclxSuccess;
+  if (b->mapAll == LL_MAP_UNKNOWN) b->mapAll = LL_MAP_YES;
 }
 
 /* A reader's copy of a mapped round: len bytes of the root's allocation named by m. */
@@ -1045,7 +1047,7 @@ static ncclxResult_t llBcastRound(struct ncclxComm* comm, struct ncclxLLBoard* b
     NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
     NCCLX_CHECK(llBcastClaim(&c));
     llRoundRef ref = {0};
-    if (b->mapped == LL_MAP_YES && shmMemFind(send, len, &ref.ref)) {
+    if (b->mapAll == LL_MAP_YES && shmMemFind(send, len, &ref.ref)) {
       ref.magic = LL_MAPPED_ROUND;
       *mappedSeq = c.seq;
     } else {
@@ -1121,7 +1123,7 @@ static ncclxResult_t llBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
      * round's copy could change what a later round sends, and it follows the last round. */
     int root = comm->rank == a->root, inPlace = a->recvbuff == a->sendbuff;
     int late = root && !inPlace && collRangesOverlap(a->sendbuff, total, a->recvbuff, total);
-    if (b->mapped == LL_MAP_UNKNOWN) NCCLX_CHECK(llMapCheck(comm, b));
+    llMapUpdate(comm, b);
     uint64_t mappedSeq = 0; /* the last round readers copy from our buffer */
     for (size_t off = 0; off < total; off += round)
       NCCLX_CHECK(llBcastRound(comm, b, a, off, total - off < round ? total - off : round, streamOut,

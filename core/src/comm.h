@@ -71,8 +71,9 @@ struct ncclxComm {
   /* Settings resolved at init from ncclx.ini and ncclxConfig_t. */
   double timeoutSec; /* 0 = never time out */
   size_t chunkBytes; /* pipeline chunk for large transfers */
-  int xferExchange;  /* set while a linear all-to-all(v) runs: no send forwards received data
-                      * (xfer.c tells the shm transport per send, ncclxShmExchange) */
+  int xferSendKind;  /* NCCLX_SHM_SEND_* of the sends running now: EXCHANGE while a linear
+                      * all-to-all(v) runs (no send forwards received data), USER for the
+                      * application's send/recv (xfer.c tells the shm transport per send) */
   int lazyConnect;
 
   /* Execution: one operation at a time per communicator. */

@@ -10,6 +10,7 @@
 #include "debug.h"
 #include "gpu.h"
 #include "mismatch.h"
+#include "net_shm.h"
 #include "prof.h"
 #include "stream.h"
 #include "tune.h"
@@ -212,7 +213,10 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
     /* Net events of a group that spans communicators go to the first one's profiler. */
     int netOn = profEnabled(ops[0]->comm, NCCLX_PROFILE_NET);
     struct ncclxComm* netScope = netOn ? profNetScope(ops[0]->comm) : NULL;
+    /* The application's sends: eager while a slot holds them (ncclxShmSendKind). */
+    for (int j = 0; j < ncomms; j++) comms[j]->xferSendKind = NCCLX_SHM_SEND_USER;
     res = gpuXferRun(ops[0]->comm, x, n);
+    for (int j = 0; j < ncomms; j++) comms[j]->xferSendKind = NCCLX_SHM_SEND_COLL;
     if (netOn) profNetScope(netScope);
     for (int i = 0; i < n; i++) {
       if (res != ncclxSuccess) profFailed(ops[i]->comm, events[i], res, ncclxThreadLastError());

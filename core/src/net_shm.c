@@ -233,15 +233,15 @@ long long ncclxShmCommMappedMessages(void* comm) {
   return c ? (long long)c->mappedMessages : -1;
 }
 
-void ncclxShmExchange(void* sendComm, int on) {
+void ncclxShmSendKind(void* sendComm, int kind) {
   shmComm* c = sendComm;
-  if (c && c->kind == SHM_KIND_SEND) c->exchange = on != 0;
+  if (c && c->kind == SHM_KIND_SEND) c->nextSendKind = kind;
 }
 
 void ncclxShmSharedCpus(void* sendComm, int shared) {
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND) return;
-  c->mappedMin = shared ? (size_t)c->nslots * c->payloadBytes + 1 : SHM_MAPPED_MIN_BYTES;
+  c->sharedCpus = shared != 0;
 }
 
 void ncclxShmPreferCopy(void* sendComm, int prefer) {

@@ -66,8 +66,10 @@ extern const ncclxNet_v1_t ncclxNetShm;
 /* ncclxMemAlloc's allocations of NCCLX_SHM_MAPPED_MIN bytes or more: memory behind a memfd,
  * which a same-host receiver maps to copy a message out with one memcpy (shm_mem.c). NULL
  * when the system refuses one (the caller then uses ordinary memory). Such memory is shared
- * with a child forked after the allocation, like any MAP_SHARED mapping. */
-#define NCCLX_SHM_MAPPED_MIN ((size_t)64 << 10)
+ * with a child forked after the allocation, like any MAP_SHARED mapping. From 4 KiB, the
+ * smallest message that goes mapped (2 ranks, all-to-all of a 32 KiB buffer: 1.1 us against
+ * 3.4 through the slots); each such allocation takes a page at least and a descriptor. */
+#define NCCLX_SHM_MAPPED_MIN ((size_t)4 << 10)
 void* ncclxShmMemAlloc(size_t bytes);
 /* Releases p and returns 1 when ncclxShmMemAlloc made it, else returns 0. */
 int ncclxShmMemFree(void* p);
@@ -77,15 +79,23 @@ int ncclxShmMemFree(void* p);
  * that fits the ring's slots frees the sender once copied in. With ranks waiting for CPUs that
  * wait chains ring steps together (4 ranks on 2 CPUs, allreduce 512 KiB-2 MiB: 2x slower
  * mapped), so there only messages larger than the ring go mapped; with a CPU each, every
- * message of 4 KiB or more does (SHM_MAPPED_MIN_BYTES), slot-sized ones included. */
+ * message of 4 KiB or more does (SHM_MAPPED_MIN_BYTES), slot-sized ones included (see
+ * ncclxShmSendKind for the exceptions). */
 void ncclxShmSharedCpus(void* sendComm, int shared);
 
-/* The core's word for the next message it posts on sendComm (consumed by that isend): part
- * of an exchange where every send and receive stands posted at once and nothing received is
- * forwarded (a linear all-to-all), so a mapped send's wait for the receiver's copy chains
- * nothing: it goes mapped from 8 KiB, even where ranks share CPUs (4 ranks on 2 CPUs,
- * all-to-all 1 MiB: 82 us against 190 through the ring; 256 KiB: 16 against 50). */
-void ncclxShmExchange(void* sendComm, int on);
+/* The core's word for the next message it posts on sendComm (consumed by that isend):
+ *   NCCLX_SHM_SEND_COLL      a collective's step (the default);
+ *   NCCLX_SHM_SEND_EXCHANGE  part of an exchange where every send and receive stands posted
+ *                            at once and nothing received is forwarded (a linear all-to-all),
+ *                            so a mapped send's wait for the receiver's copy chains nothing:
+ *                            it goes mapped from 8 KiB even where ranks share CPUs (4 ranks on
+ *                            2 CPUs, all-to-all 1 MiB: 82 us against 190 through the ring;
+ *                            256 KiB: 16 against 50);
+ *   NCCLX_SHM_SEND_USER      the application's ncclxSend: while a slot holds it, it is copied
+ *                            in and done, whatever the buffer, so that a send that is not
+ *                            grouped with its receive behaves the same on every host. */
+enum { NCCLX_SHM_SEND_COLL = 0, NCCLX_SHM_SEND_EXCHANGE = 1, NCCLX_SHM_SEND_USER = 2 };
+void ncclxShmSendKind(void* sendComm, int kind);
 
 /* Test hook: 1 when large messages from mapped ncclxMemAlloc buffers are possible on a
  * sendComm or recvComm (both sides agreed at accept), 0 when not (or not known yet), -1 when

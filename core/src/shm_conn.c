@@ -193,7 +193,6 @@ static shmComm* commAlloc(shmCtx* ctx, uint32_t kind) {
   c->ctx = ctx;
   c->bellWait = c->bellRing = c->pidfd = c->epfd = -1;
   c->lastCheckNs = shmNowNs();
-  c->mappedMin = SHM_MAPPED_MIN_BYTES; /* until the core says that ranks share CPUs */
   return c;
 }
 

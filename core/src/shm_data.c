@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "copy_nt.h"
+#include "net_shm.h"
 #include "shm_internal.h"
 
 ncclxResult_t shmFail(shmComm* c, ncclxResult_t err, const char* fmt, ...) {
@@ -101,10 +102,34 @@ static inline void publish(shmComm* c, shmSlot* sl, uint32_t kind, const shmReq*
 
 /* The smallest message r that goes mapped when it lies in an ncclxMemAlloc allocation: where
  * ranks share CPUs only messages larger than the ring, or from SHM_EXCHANGE_MAPPED_MIN for
- * one half of an exchange (ncclxShmSharedCpus, ncclxShmExchange); else SHM_MAPPED_MIN_BYTES. */
+ * one half of an exchange; else from SHM_MAPPED_MIN_BYTES; every message a slot cannot hold
+ * at the latest, and an application's send only then (ncclxShmSharedCpus, ncclxShmSendKind). */
 static size_t mappedMinOf(const shmComm* c, const shmReq* r) {
-  if (r->exchange && c->mappedMin > SHM_EXCHANGE_MAPPED_MIN) return SHM_EXCHANGE_MAPPED_MIN;
-  return c->mappedMin;
+  size_t slot = c->payloadBytes + 1; /* the smallest message a slot cannot hold */
+  if (c->sharedCpus && r->sendKind != NCCLX_SHM_SEND_EXCHANGE) return (size_t)c->nslots * c->payloadBytes + 1;
+  if (r->sendKind == NCCLX_SHM_SEND_USER) return slot;
+  size_t min = c->sharedCpus ? SHM_EXCHANGE_MAPPED_MIN : SHM_MAPPED_MIN_BYTES;
+  return min < slot ? min : slot;
+}
+
+/* The allocations this sender's receiver has probably mapped: the SHM_MAP_CACHE most recent
+ * that mapped messages named, as the receiver's own cache evolves. A message a slot holds
+ * goes mapped only from one of them: mapping costs the receiver an open and an mmap, more
+ * than copying a few KiB twice, and an application that cycles through more allocations than
+ * the cache holds would pay it for every message. Returns whether id was there, and makes it
+ * the most recent either way. */
+static int mirrorTouch(shmComm* c, uint64_t id) {
+  int victim = 0;
+  for (int i = 0; i < SHM_MAP_CACHE; i++) {
+    if (c->mirror.ids[i] == id && c->mirror.used[i]) {
+      c->mirror.used[i] = ++c->mirror.clock;
+      return 1;
+    }
+    if (c->mirror.used[i] < c->mirror.used[victim]) victim = i;
+  }
+  c->mirror.ids[victim] = id;
+  c->mirror.used[victim] = ++c->mirror.clock;
+  return 0;
 }
 
 /* Publishes as much of request r as the ring takes; returns 1 when r is fully published. */
@@ -119,6 +144,7 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
   shmMemRef ref; /* a message begun in fragments stays in fragments */
   int mapped = r->off == 0 && c->attached && c->mapOk && r->size >= mappedMin &&
                shmMemFind(r->data, r->size, &ref);
+  if (mapped) mapped = mirrorTouch(c, ref.id) || !fits;
   if (fits && !mapped) {
     shmSlot* sl = slotOf(c, c->seq);
     if (r->size)
@@ -452,8 +478,8 @@ ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* m
   (void)mhandle, (void)phandle;
   shmComm* c = sendComm;
   if (!c || c->kind != SHM_KIND_SEND || !request) return ncclxInternalError;
-  int exchange = c->exchange; /* for this message only (ncclxShmExchange) */
-  c->exchange = 0;
+  int sendKind = c->nextSendKind; /* for this message only (ncclxShmSendKind) */
+  c->nextSendKind = NCCLX_SHM_SEND_COLL;
   *request = NULL;
   if (size > 0 && !data) {
     SHM_WARN(c->ctx, "isend: NULL buffer for %zu bytes", size);
@@ -462,7 +488,7 @@ ncclxResult_t shmIsend(void* sendComm, void* data, size_t size, int tag, void* m
   if (c->err != ncclxSuccess) return c->err;
   shmReq* r = reqPost(c, data, size, tag);
   if (!r) return ncclxSuccess; /* queue full: the core retries (and says it again) */
-  r->exchange = exchange;
+  r->sendKind = sendKind;
   int progress = 0;
   sendProgress(c, &progress);
   *request = r;

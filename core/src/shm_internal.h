@@ -44,7 +44,7 @@
  * 1.83, reduce-scatter 16 KiB 1.87 / 0.71, all-to-all 32 KiB 3.32 / 1.08; 4 KiB messages
  * gained too (broadcast 8 KiB in 2 pieces: 0.98 / 0.50). */
 #define SHM_MAPPED_MIN_BYTES ((size_t)4096)
-/* Where ranks share CPUs, the sends of an exchange (ncclxShmExchange) go mapped from this
+/* Where ranks share CPUs, the sends of an exchange (ncclxShmSendKind) go mapped from this
  * size: 4 ranks on 2 CPUs, linear all-to-all, alternating runs, medians (us, slots / mapped):
  * 32 KiB (8 KiB blocks) 8.14 / 6.16, 256 KiB 50.5 / 16.1; 8 ranks, 128 KiB 72 / 30, 512 KiB
  * 316 / 184. From 4 KiB it was slower (4 ranks, 16 KiB: 6.07 / 7.95). */
@@ -206,7 +206,7 @@ typedef struct {
   uint64_t ackSeq; /* send, SHM_MSG_CMA: the slot use whose `done` acks it */
   int started;     /* recv: SHM_MSG_* of the message's first slot once seen */
   int mapFailed;   /* recv, SHM_MSG_MAPPED: mapping failed, process_vm_readv reads the rest */
-  int exchange;    /* send: posted as part of an exchange: mapped at any size */
+  int sendKind;    /* send: NCCLX_SHM_SEND_* the core said for it (mappedMinOf) */
   int tag;
 } shmReq;
 
@@ -244,8 +244,11 @@ struct shmComm {
   /* Sender only. */
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
-  size_t mappedMin; /* smallest message sent mapped (ncclxShmSharedCpus) */
-  int exchange;     /* the next message posted is part of an exchange (ncclxShmExchange) */
+  int sharedCpus;   /* the host's ranks share CPUs (ncclxShmSharedCpus) */
+  int nextSendKind; /* NCCLX_SHM_SEND_* of the next message posted (ncclxShmSendKind) */
+  struct {
+    uint64_t ids[SHM_MAP_CACHE], used[SHM_MAP_CACHE], clock; /* used 0: empty */
+  } mirror; /* allocations the receiver probably has mapped (shm_data.c, mirrorTouch) */
   ncclxSharedCopy slotCopy; /* plain or non-temporal copies into the slots (copyToSlot) */
   shmListenSeg* listen; /* kept until the receiver attaches, to notice a closed listener */
   char name[SHM_NAME_MAX];

@@ -19,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "net_shm.h"
@@ -39,6 +41,8 @@ typedef struct {
 static pthread_mutex_t memLock = PTHREAD_MUTEX_INITIALIZER;
 static shmMemEntry* memTab;
 static size_t memCount, memCap;
+/* Ids carry 32 random bits per process (memIdReseed): a reader that reaches another process
+ * through a pid (another pid namespace, a recycled pid) finds no memfd of the expected name. */
 static uint64_t memNextId = 1;
 
 /* Each allocation holds a descriptor open for the peers to reach it by: at most a quarter of
@@ -50,16 +54,29 @@ static size_t memFdBudget(void) {
   return (size_t)rl.rlim_cur / 4;
 }
 
-/* A fork while another thread holds memLock would leave the child's lock held for ever. */
+static void memIdReseed(void) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+    r = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
+  memNextId = (r & ~(uint64_t)0xffffffffu) | 1;
+}
+
+/* A fork while another thread holds memLock would leave the child's lock held for ever; the
+ * child also takes ids of its own. */
 static void memForkPrepare(void) { pthread_mutex_lock(&memLock); }
-static void memForkRelease(void) { pthread_mutex_unlock(&memLock); }
+static void memForkParent(void) { pthread_mutex_unlock(&memLock); }
+static void memForkChild(void) {
+  memIdReseed();
+  pthread_mutex_unlock(&memLock);
+}
 __attribute__((constructor)) static void memForkInit(void) {
-  pthread_atfork(memForkPrepare, memForkRelease, memForkRelease);
+  memIdReseed();
+  pthread_atfork(memForkPrepare, memForkParent, memForkChild);
 }
 
 /* A sealed memfd of bytes, mapped read-write; NULL (errno set) on failure. */
 static void* memCreate(size_t bytes, uint64_t id, int* fdOut) {
-  char name[32];
+  char name[48];
   snprintf(name, sizeof(name), SHM_MEM_NAME "%llu", (unsigned long long)id);
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return NULL;

@@ -168,7 +168,7 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
      * host memory: NULL. */
     void* mh = gpuNetMhandle(x[i].isSend ? c->sendComm : c->recvComm, ptr, len);
     if (x[i].isSend) {
-      if (net == &ncclxNetShm) ncclxShmExchange(c->sendComm, comm->xferExchange);
+      if (net == &ncclxNetShm) ncclxShmSendKind(c->sendComm, comm->xferSendKind);
       res = net->isend(c->sendComm, ptr, len, comm->rank, mh, phandle, &req);
     } else {
       void* data = ptr;

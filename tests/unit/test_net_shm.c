@@ -478,7 +478,7 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
   CHECK(sent == want, "%s %lld messages through mapped buffers, expected %lld (single_copy = %s)",
         isParent ? "sent" : "received", sent, want, mode);
   /* Ranks sharing CPUs (ncclxShmSharedCpus): only messages larger than the ring go mapped,
-   * and a message marked as part of an exchange (ncclxShmExchange), that one only. */
+   * and a message marked as part of an exchange (ncclxShmSendKind), that one only. */
   size_t ring = (size_t)1 << 20, fits = ring, exceeds = ring + 1;
   if (isParent) {
     ncclxShmSharedCpus(p->send, 1);
@@ -486,7 +486,7 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
     memcpy(allocs[0], recvBuf, exceeds);
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "send of a ring's worth failed");
     CHECK(sendWait(p->send, allocs[0], exceeds, p->sendFd) == ncclxSuccess, "send beyond the ring failed");
-    ncclxShmExchange(p->send, 1); /* part of an exchange: mapped from 8 KiB */
+    ncclxShmSendKind(p->send, NCCLX_SHM_SEND_EXCHANGE); /* mapped from 8 KiB */
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "exchange send failed");
     /* The word covers one message: the next goes through the ring again. */
     CHECK(sendWait(p->send, allocs[0], fits, p->sendFd) == ncclxSuccess, "send after the exchange failed");
@@ -507,35 +507,59 @@ static void scenarioMapped(Peer* p, int isParent, const char* mode) {
         "with shared CPUs: %lld mapped messages, expected %lld", ncclxShmCommMappedMessages(isParent ? p->send : p->recv),
         want);
   /* With a CPU per rank, messages a slot could hold go mapped too, from 4 KiB
-   * (SHM_MAPPED_MIN_BYTES); with shared CPUs they stay in the slots unless part of an
-   * exchange of 8 KiB or more (SHM_EXCHANGE_MAPPED_MIN). */
+   * (SHM_MAPPED_MIN_BYTES), except the application's sends; with shared CPUs they stay in
+   * the slots unless part of an exchange of 8 KiB or more (SHM_EXCHANGE_MAPPED_MIN). */
+  enum { COLL = NCCLX_SHM_SEND_COLL, EXCH = NCCLX_SHM_SEND_EXCHANGE, USER = NCCLX_SHM_SEND_USER };
   struct Small {
     size_t n;
-    int shared, exchange, mapped;
-  } smalls[] = {{4095, 0, 0, 0}, {4096, 0, 0, 1}, {40000, 0, 0, 1}, {40000, 1, 0, 0},
-                {8191, 1, 1, 0},  {8192, 1, 1, 1}, {40000, 1, 1, 1}};
+    int shared, kind, mapped;
+  } smalls[] = {{4095, 0, COLL, 0},  {4096, 0, COLL, 1},  {40000, 0, COLL, 1}, {40000, 0, USER, 0},
+                {40000, 0, EXCH, 1}, {40000, 1, COLL, 0}, {8191, 1, EXCH, 0},  {8192, 1, EXCH, 1},
+                {40000, 1, EXCH, 1}, {40000, 1, USER, 0}};
   int nsmalls = (int)(sizeof(smalls) / sizeof(smalls[0]));
-  for (int k = 0; k < nsmalls; k++) {
-    uint64_t seed = 90 + (uint64_t)k;
+  /* A message a slot holds goes mapped only from an allocation that a mapped message named
+   * lately (the receiver has it mapped): allocs[2]'s last was long ago, so a first message
+   * from it goes through the slot and the next ones are mapped. */
+  for (int k = -1; k < nsmalls; k++) {
+    struct Small first = {40000, 0, COLL, 0}, m = k < 0 ? first : smalls[k];
+    uint64_t seed = 90 + (uint64_t)(k + 1);
     if (isParent) {
-      ncclxShmSharedCpus(p->send, smalls[k].shared);
-      if (smalls[k].exchange) ncclxShmExchange(p->send, 1);
-      fill(recvBuf, smalls[k].n, seed);
-      memcpy(allocs[2] + 3, recvBuf, smalls[k].n);
-      CHECK(sendWait(p->send, allocs[2] + 3, smalls[k].n, p->sendFd) == ncclxSuccess, "small send %d failed", k);
+      ncclxShmSharedCpus(p->send, m.shared);
+      if (m.kind) ncclxShmSendKind(p->send, m.kind);
+      fill(recvBuf, m.n, seed);
+      memcpy(allocs[2] + 3, recvBuf, m.n);
+      CHECK(sendWait(p->send, allocs[2] + 3, m.n, p->sendFd) == ncclxSuccess, "small send %d failed", k);
       ncclxShmSharedCpus(p->send, 0);
     } else {
       size_t got = 0;
-      CHECK(recvWait(p->recv, recvBuf, smalls[k].n, &got, p->recvFd) == ncclxSuccess && got == smalls[k].n &&
-                verify(recvBuf, smalls[k].n, seed) == smalls[k].n,
-            "small message %d (%zu bytes): wrong data", k, smalls[k].n);
+      CHECK(recvWait(p->recv, recvBuf, m.n, &got, p->recvFd) == ncclxSuccess && got == m.n &&
+                verify(recvBuf, m.n, seed) == m.n,
+            "small message %d (%zu bytes): wrong data", k, m.n);
     }
-    want += want ? smalls[k].mapped : 0;
+    want += want ? m.mapped : 0;
     CHECK(ncclxShmCommMappedMessages(isParent ? p->send : p->recv) == want,
-          "small message %d (%zu bytes, shared CPUs %d, exchange %d): %lld mapped messages, expected %lld", k,
-          smalls[k].n, smalls[k].shared, smalls[k].exchange,
-          ncclxShmCommMappedMessages(isParent ? p->send : p->recv), want);
+          "small message %d (%zu bytes, shared CPUs %d, send kind %d): %lld mapped messages, expected %lld", k,
+          m.n, m.shared, m.kind, ncclxShmCommMappedMessages(isParent ? p->send : p->recv), want);
   }
+  /* Cycling through more allocations than a receiver keeps mapped, small messages stop going
+   * mapped (each would cost the receiver a new mapping): the second round adds none. */
+  long long afterFirst = 0;
+  for (int round = 0; round < 2; round++) {
+    if (round == 1) afterFirst = ncclxShmCommMappedMessages(isParent ? p->send : p->recv);
+    for (int k = 1; k <= NSMALL; k++) {
+      if (isParent) {
+        memcpy(allocs[k], recvBuf, 4096);
+        CHECK(sendWait(p->send, allocs[k], 4096, p->sendFd) == ncclxSuccess, "cycling send %d failed", k);
+      } else {
+        size_t got = 0;
+        CHECK(recvWait(p->recv, recvBuf + 8192, 4096, &got, p->recvFd) == ncclxSuccess && got == 4096,
+              "cycling message %d: wrong size", k);
+      }
+    }
+  }
+  CHECK(ncclxShmCommMappedMessages(isParent ? p->send : p->recv) == afterFirst,
+        "cycling through %d allocations: %lld mapped messages in the second round", NSMALL,
+        ncclxShmCommMappedMessages(isParent ? p->send : p->recv) - afterFirst);
   if (isParent) {
     CHECK(ncclxShmMemFree(allocs[0] + 1) == 0, "a pointer inside an allocation was released");
     for (int k = 0; k <= NSMALL; k++) CHECK(ncclxShmMemFree(allocs[k]) == 1, "allocation %d not released", k);
