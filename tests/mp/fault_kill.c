@@ -74,6 +74,9 @@
 #include "mp_util.h"
 
 #define NRANKS 4
+/* Ranks of this run: NRANKS, or MP_FAULT_NRANKS (2..NRANKS) for the scenarios where calls
+ * differ (bcast-count, bcast-skip, gather-count), which need only ranks 0 and 1. */
+static int g_nranks = NRANKS;
 /* 1 MiB of float32 (the simple protocol's pipelines), or MP_FAULT_COUNT elements (16: the
  * LL protocol's shared board, where a dead rank is seen through its pidfd). */
 static size_t g_count = 1u << 18;
@@ -93,7 +96,7 @@ static int failf(int rank, const char* fmt, const char* a) {
 
 static ncclxComm_t initRank(int rank, ncclxUniqueId id) {
   ncclxComm_t comm = NULL;
-  MP_CALL(rank, NULL, ncclxCommInitRank(&comm, NRANKS, id, rank));
+  MP_CALL(rank, NULL, ncclxCommInitRank(&comm, g_nranks, id, rank));
   return comm;
 }
 
@@ -139,7 +142,7 @@ static int checkFailure(int rank, ncclxComm_t comm, ncclxResult_t res, double el
 static int finishScenario(const char* name, double t0) {
   int bad = 0;
   char d[96];
-  for (int r = 0; r < NRANKS; r++) {
+  for (int r = 0; r < g_nranks; r++) {
     int ok = mpExitedZero(&g_job, r);
     printf("parent: rank %d %s (%s)\n", r, mpDescribeStatus(&g_job, r, d, sizeof d), ok ? "ok" : "WRONG");
     bad += !ok;
@@ -535,11 +538,11 @@ static int runMismatch(int (*rankFn)(int, int, ncclxUniqueId, void*), const char
   double t0 = mpNow();
   ncclxUniqueId id;
   MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
-  for (int r = 0; r < NRANKS; r++) mpJobSpawn(&g_job, r, rankFn, id, NULL);
+  for (int r = 0; r < g_nranks; r++) mpJobSpawn(&g_job, r, rankFn, id, NULL);
   int all[NRANKS] = {0, 1, 2, 3}, rank1[1] = {1};
   mpJobWait(&g_job, rank1, 1, t0 + 60.0); /* bcast-count's other ranks wait for rank 1 */
   mpJobRelease(&g_job);
-  mpJobWait(&g_job, all, NRANKS, t0 + 60.0);
+  mpJobWait(&g_job, all, g_nranks, t0 + 60.0);
   return finishScenario(name, t0);
 }
 
@@ -565,11 +568,20 @@ int main(int argc, char** argv) {
                      ? (size_t)strtoul(getenv("MP_FAULT_BCAST_RANK1"), NULL, 10)
                      : g_count + 4096;
   if (getenv("MP_FAULT_BCAST_AT")) g_bcastAt = (size_t)strtoul(getenv("MP_FAULT_BCAST_AT"), NULL, 10);
+  if (getenv("MP_FAULT_NRANKS")) {
+    g_nranks = atoi(getenv("MP_FAULT_NRANKS"));
+    int differ = !strcmp(sc, "bcast-count") || !strcmp(sc, "bcast-skip") || !strcmp(sc, "gather-count");
+    if (g_nranks < 2 || g_nranks > NRANKS || (!differ && g_nranks != NRANKS)) {
+      fprintf(stderr, "MP_FAULT_NRANKS=%s: 2..%d, and only for bcast-count, bcast-skip and gather-count\n",
+              getenv("MP_FAULT_NRANKS"), NRANKS);
+      return 2;
+    }
+  }
   g_timeout = isTimeout ? 3.0 : 20.0;
   setenv("NCCLX_CORE_TIMEOUT_S", isTimeout ? "3" : "20", 1);
   /* SIGPIPE keeps its default action: a write to a dead peer must not kill a survivor. */
-  mpJobInit(&g_job, NRANKS);
-  printf("fault_kill %s: %d forked ranks, timeout_s=%.0f, %zu floats per allreduce\n", sc, NRANKS,
+  mpJobInit(&g_job, g_nranks);
+  printf("fault_kill %s: %d forked ranks, timeout_s=%.0f, %zu floats per allreduce\n", sc, g_nranks,
          g_timeout, g_count);
   int rc;
   if (!strcmp(sc, "kill")) rc = runKill();
