@@ -136,8 +136,13 @@ static ncclxResult_t alltoallRun(struct ncclxComm* comm, const ncclxCollArgs* a,
  * sends may wait for their receivers' copies without chaining one step to the next
  * (comm->xferSendKind). Pairwise's step k sends to r+k but receives from r-k, and Bruck
  * forwards blocks from round to round: chains, so they are not marked. */
-static ncclxResult_t endExchange(struct ncclxComm* comm, ncclxResult_t res) {
-  comm->xferSendKind = NCCLX_SHM_SEND_COLL;
+static int beginExchange(struct ncclxComm* comm) {
+  int kind = comm->xferSendKind;
+  comm->xferSendKind = NCCLX_SHM_SEND_EXCHANGE;
+  return kind;
+}
+static ncclxResult_t endExchange(struct ncclxComm* comm, int kind, ncclxResult_t res) {
+  comm->xferSendKind = kind;
   return res;
 }
 
@@ -146,8 +151,8 @@ ncclxResult_t alltoallPairwise(struct ncclxComm* comm, const ncclxCollArgs* a) {
 }
 
 ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  comm->xferSendKind = NCCLX_SHM_SEND_EXCHANGE;
-  return endExchange(comm, alltoallRun(comm, a, viewLinear, 0, 0));
+  int kind = beginExchange(comm);
+  return endExchange(comm, kind, alltoallRun(comm, a, viewLinear, 0, 0));
 }
 
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a) {
@@ -252,6 +257,6 @@ static ncclxResult_t a2avLinear(struct ncclxComm* comm, const ncclxCollArgs* a) 
 }
 
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  comm->xferSendKind = NCCLX_SHM_SEND_EXCHANGE;
-  return endExchange(comm, a2avLinear(comm, a));
+  int kind = beginExchange(comm);
+  return endExchange(comm, kind, a2avLinear(comm, a));
 }

@@ -991,11 +991,12 @@ static void llMapUpdate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
   }
   _Atomic uint64_t* mine = &b->ctl[me].mapState;
   if (atomic_load_explicit(mine, memory_order_relaxed) < LL_MAP_YES) {
+    for (int r = 0; r < n; r++)
+      if (atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire) < LL_MAP_PROBE_SET)
+        return; /* not attached yet: ask again at the next bulk broadcast */
     int ok = llMapAllowed();
     for (int r = 0; r < n && ok; r++) {
       if (r == me) continue;
-      if (atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire) < LL_MAP_PROBE_SET)
-        return; /* not attached yet: ask again at the next bulk broadcast */
       shmMemRef probe = {.id = b->ctl[r].probeId, .bytes = SHM_MEM_PROBE_BYTES, .fd = b->ctl[r].probeFd};
       char* base = NULL;
       ok = probe.fd >= 0 && shmMemMapPeer(comm->peerInfo[r].pid, &probe, &base) == 0;

@@ -185,7 +185,7 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
     if (!seen) comms[ncomms++] = ops[i]->comm;
   }
   qsort(comms, (size_t)ncomms, sizeof(*comms), compareCommAddr); /* lock order: no deadlock */
-  int* refs = calloc((size_t)ncomms, sizeof(*refs));
+  int* refs = calloc(2 * (size_t)ncomms, sizeof(*refs)); /* and the comms' send kinds */
   if (!refs) {
     free(comms), free(x), free(events);
     return ncclxSetError(ncclxSystemError, "out of memory for %d send/recv operations", n);
@@ -214,9 +214,10 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
     int netOn = profEnabled(ops[0]->comm, NCCLX_PROFILE_NET);
     struct ncclxComm* netScope = netOn ? profNetScope(ops[0]->comm) : NULL;
     /* The application's sends: eager while a slot holds them (ncclxShmSendKind). */
-    for (int j = 0; j < ncomms; j++) comms[j]->xferSendKind = NCCLX_SHM_SEND_USER;
+    int* kinds = refs + ncomms;
+    for (int j = 0; j < ncomms; j++) kinds[j] = comms[j]->xferSendKind, comms[j]->xferSendKind = NCCLX_SHM_SEND_USER;
     res = gpuXferRun(ops[0]->comm, x, n);
-    for (int j = 0; j < ncomms; j++) comms[j]->xferSendKind = NCCLX_SHM_SEND_COLL;
+    for (int j = 0; j < ncomms; j++) comms[j]->xferSendKind = kinds[j];
     if (netOn) profNetScope(netScope);
     for (int i = 0; i < n; i++) {
       if (res != ncclxSuccess) profFailed(ops[i]->comm, events[i], res, ncclxThreadLastError());

@@ -20,8 +20,9 @@ API ncclxResult_t ncclxMemAlloc(void** ptr, size_t size) {
   if (!ptr) return ncclxSetError(ncclxInvalidArgument, "ncclxMemAlloc: ptr is NULL");
   *ptr = NULL;
   if (size == 0) return ncclxSetError(ncclxInvalidArgument, "ncclxMemAlloc: size is 0");
-  /* Large buffers live in shared memory a same-host peer can map, so the shm transport moves
-   * a message out of them with one copy (shm_mem.c); ordinary memory when that is refused.
+  /* Buffers of a page or more live in shared memory a same-host peer can map, so the shm
+   * transport moves a message out of them with one copy (shm_mem.c); ordinary memory when
+   * that is refused.
    * Page alignment lets a transport map or register either whole. */
   if (size >= NCCLX_SHM_MAPPED_MIN && (*ptr = ncclxShmMemAlloc(size)) != NULL) return ncclxSuccess;
   if (posix_memalign(ptr, 4096, size) != 0)

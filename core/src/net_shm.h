@@ -92,8 +92,8 @@ void ncclxShmSharedCpus(void* sendComm, int shared);
  *                            2 CPUs, all-to-all 1 MiB: 82 us against 190 through the ring;
  *                            256 KiB: 16 against 50);
  *   NCCLX_SHM_SEND_USER      the application's ncclxSend: while a slot holds it, it is copied
- *                            in and done, whatever the buffer, so that a send that is not
- *                            grouped with its receive behaves the same on every host. */
+ *                            in and done, whatever the buffer, so that up to a slot a send
+ *                            not grouped with its receive behaves the same on every host. */
 enum { NCCLX_SHM_SEND_COLL = 0, NCCLX_SHM_SEND_EXCHANGE = 1, NCCLX_SHM_SEND_USER = 2 };
 void ncclxShmSendKind(void* sendComm, int kind);
 

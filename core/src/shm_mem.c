@@ -46,12 +46,28 @@ static size_t memCount, memCap;
 static uint64_t memNextId = 1;
 
 /* Each allocation holds a descriptor open for the peers to reach it by: at most a quarter of
- * the process's limit, so the library's own sockets and segments never run short. Beyond
- * that, ncclxMemAlloc gives ordinary memory. */
-static size_t memFdBudget(void) {
+ * the process's limit, so the library's own sockets and segments never run short, and at most
+ * SHM_MEM_MAX_ALLOCS; allocations under SHM_MEM_SMALL_BYTES may take only half of that, so
+ * that many small buffers cannot leave the large ones, where mapping matters most, without.
+ * Beyond that, ncclxMemAlloc gives ordinary memory. */
+#define SHM_MEM_MAX_ALLOCS ((size_t)4096)
+#define SHM_MEM_SMALL_BYTES ((size_t)64 << 10)
+static size_t memFdBudget(size_t bytes) {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1024;
-  return (size_t)rl.rlim_cur / 4;
+  size_t b = getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ? 1024 : (size_t)rl.rlim_cur / 4;
+  if (b > SHM_MEM_MAX_ALLOCS) b = SHM_MEM_MAX_ALLOCS;
+  return bytes < SHM_MEM_SMALL_BYTES ? b / 2 : b;
+}
+
+/* The index of the first entry of memTab (sorted by base) whose base is above a. */
+static size_t memUpper(uintptr_t a) {
+  size_t lo = 0, hi = memCount;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (memTab[mid].base <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 static void memIdReseed(void) {
@@ -100,7 +116,10 @@ static int memAdd(void* p, size_t bytes, int fd, uint64_t id) {
     if (!t) return -1;
     memTab = t, memCap = cap;
   }
-  memTab[memCount++] = (shmMemEntry){(uintptr_t)p, bytes, fd, id};
+  size_t at = memUpper((uintptr_t)p);
+  memmove(&memTab[at + 1], &memTab[at], (memCount - at) * sizeof(*memTab));
+  memTab[at] = (shmMemEntry){(uintptr_t)p, bytes, fd, id};
+  memCount++;
   return 0;
 }
 
@@ -112,7 +131,7 @@ static size_t memPending; /* allocations being made: counted against the budget 
 static void* memAlloc(size_t size, int isProbe, int32_t* fdOut, uint64_t* idOut) {
   if (size == 0 || size > SHM_MAX_MAPPED) return NULL;
   size_t bytes = (size + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
-  size_t budget = memFdBudget();
+  size_t budget = memFdBudget(bytes);
   pthread_mutex_lock(&memLock);
   uint64_t id = memNextId++;
   int full = !isProbe && memCount + memPending >= budget;
@@ -146,12 +165,12 @@ int ncclxShmMemFree(void* p) {
   shmMemEntry e = {0};
   int found = 0;
   pthread_mutex_lock(&memLock);
-  for (size_t i = 0; i < memCount; i++) {
-    if (memTab[i].base != (uintptr_t)p) continue;
-    e = memTab[i];
-    memTab[i] = memTab[--memCount];
+  size_t i = memUpper((uintptr_t)p);
+  if (i > 0 && memTab[i - 1].base == (uintptr_t)p) {
+    e = memTab[i - 1];
+    memmove(&memTab[i - 1], &memTab[i], (memCount - i) * sizeof(*memTab));
+    memCount--;
     found = 1;
-    break;
   }
   pthread_mutex_unlock(&memLock);
   if (!found) return 0;
@@ -164,11 +183,13 @@ int shmMemFind(const void* p, size_t len, shmMemRef* ref) {
   uintptr_t a = (uintptr_t)p;
   int found = 0;
   pthread_mutex_lock(&memLock);
-  for (size_t i = 0; i < memCount && !found; i++) {
-    const shmMemEntry* e = &memTab[i];
-    if (a < e->base || a - e->base > e->bytes || len > e->bytes - (a - e->base)) continue;
-    *ref = (shmMemRef){.id = e->id, .bytes = e->bytes, .offset = a - e->base, .fd = e->fd};
-    found = 1;
+  size_t i = memUpper(a); /* allocations do not overlap: only the one below a can hold it */
+  if (i > 0) {
+    const shmMemEntry* e = &memTab[i - 1];
+    if (a - e->base <= e->bytes && len <= e->bytes - (a - e->base)) {
+      *ref = (shmMemRef){.id = e->id, .bytes = e->bytes, .offset = a - e->base, .fd = e->fd};
+      found = 1;
+    }
   }
   pthread_mutex_unlock(&memLock);
   return found;
