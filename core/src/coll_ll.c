@@ -125,9 +125,8 @@ _Static_assert(sizeof(llRoundRef) <= LL_PAYLOAD, "a round's reference fits its f
  * 11 KiB from the next bank's (a page, and a TLB entry, per call). 2 ranks, alternating runs,
  * medians: 8 bytes 0.154 us against 0.167 through the banks (0.211 against 0.267 in this VM's
  * slow state), 64 bytes 0.154 against 0.171 (docs/performance-history.md, session 8). A round takes
- * max(1, ceil(bytes / 16)) cells from the ring position every rank keeps alike (b->ringPos),
- * a call of several cells from a line's first cell (llRingStart), and starts over at cell 0
- * when it would cross the end. */
+ * max(1, ceil(bytes / 16)) cells from the ring position every rank keeps alike (b->ringPos) and
+ * starts over at cell 0 when it would cross the end. */
 #define LL_CELL_DATA 16
 #define LL_RING_CELLS 512
 #define LL_RING_MAX_CELLS 4
@@ -749,22 +748,11 @@ static ncclxResult_t llOtherCall(const llCall* c, int root, uint64_t theirs) {
 /* A broadcast round of at most LL_RING_MAX_BYTES through the ring (see llCell): the root
  * writes its cells in order, each sequence number with release, so a reader waits on the
  * last one only. */
-/* Where a call of cells cells starts from ring position pos. A call of several cells takes
- * whole lines: started at an odd cell, 4 cells spread over 3 lines, and each call's reader
- * pulled a line the next call's root was writing (2 ranks, 64-byte broadcasts after a run of
- * 8-byte ones: 0.17 us against 0.11 aligned). Moves the position at most
- * 2 * LL_RING_MAX_CELLS - 1 cells, as the reuse bound below needs (from 509: 510 does not
- * fit 4 cells, so 0: 3 + 4). */
-static size_t llRingStart(size_t pos, size_t cells) {
-  size_t at = cells > 1 ? (pos + 1) & ~(size_t)1 : pos;
-  return at + cells <= LL_RING_CELLS ? at : 0;
-}
-
 static ncclxResult_t llRingRound(llCall* c, size_t bytes) {
   struct ncclxLLBoard* b = c->b;
   const ncclxCollArgs* a = c->a;
   size_t cells = bytes ? (bytes + LL_CELL_DATA - 1) / LL_CELL_DATA : 1;
-  size_t at = llRingStart(b->ringPos, cells);
+  size_t at = b->ringPos + cells <= LL_RING_CELLS ? b->ringPos : 0;
   b->ringPos = at + cells;
   c->cell = b->ring + at;
   c->cells = cells;
@@ -812,10 +800,10 @@ static int llForeign(const llCall* c, llFlag* f, uint64_t* theirs) {
 static ncclxResult_t llCrossCheck(const llCall* c) {
   const struct ncclxLLBoard* b = c->b;
   uint64_t theirs;
-  /* A ring writer's first cell: at the position every rank shares, or the next line's first
-   * cell (several cells), or cell 0 if its call did not fit before the end. */
-  llCell* first[3] = {&b->ring[llRingStart(c->ringAt, 1)], &b->ring[llRingStart(c->ringAt, 2)], &b->ring[0]};
-  for (int i = 0; i < 3; i++)
+  /* A ring writer's first cell: at the position every rank shares, or at cell 0 if its call
+   * did not fit before the end. */
+  llCell* first[2] = {&b->ring[c->ringAt < LL_RING_CELLS ? c->ringAt : 0], &b->ring[0]};
+  for (int i = 0; i < 2; i++)
     if (llForeign(c, &first[i]->flag, &theirs))
       return llMismatch(c->comm, c->a, (int)((theirs >> 32) & 0xff), theirs);
   for (int r = 0; r < c->comm->nranks; r++) { /* a bank call: every writer's first line */
