@@ -78,6 +78,7 @@ static void perfPrintHeader(const PerfCtx* c, int op) {
          info->name, c->nranks, o->type->name,
          info->isReduction ? perfRedOpNames[o->redop] : "none", o->iters, o->warmup, o->check);
   if (info->hasRoot) printf(", root %d", o->root);
+  if (o->plainBuffers) printf(", buffers malloc");
   printf(", barrier %d, sizes %zu..%zu x%zu\n", o->barrier, o->minBytes, o->maxBytes, o->factor);
   int sets = o->inPlace ? 2 : 1;
   printf("#%50s", "");
@@ -199,11 +200,16 @@ static int perfRun(const PerfOptions* o, ncclxComm_t comm) {
   }
   /* Every op's input and output fit in -e bytes (the size counts the larger of the two). */
   size_t bytes = o->maxBytes < 4096 ? 4096 : o->maxBytes;
-  PERF_CHECK(&c, ncclxMemAlloc(&c.sendbuf, bytes));
-  PERF_CHECK(&c, ncclxMemAlloc(&c.recvbuf, bytes));
+  if (o->plainBuffers) {
+    c.sendbuf = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+    c.recvbuf = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+  } else {
+    PERF_CHECK(&c, ncclxMemAlloc(&c.sendbuf, bytes));
+    PERF_CHECK(&c, ncclxMemAlloc(&c.recvbuf, bytes));
+  }
   c.samples = malloc((size_t)o->iters * sizeof(double));
-  if (!c.samples) {
-    fprintf(stderr, "ncclx-perf: out of memory for %ld samples\n", o->iters);
+  if (!c.samples || !c.sendbuf || !c.recvbuf) {
+    fprintf(stderr, "ncclx-perf: out of memory for %ld samples and two %zu-byte buffers\n", o->iters, bytes);
     ncclxCommAbort(comm);
     return 1;
   }
@@ -221,8 +227,13 @@ static int perfRun(const PerfOptions* o, ncclxComm_t comm) {
     status = wrong ? 3 : 0;
   }
   free(c.samples);
-  PERF_CHECK(&c, ncclxMemFree(c.sendbuf));
-  PERF_CHECK(&c, ncclxMemFree(c.recvbuf));
+  if (o->plainBuffers) {
+    free(c.sendbuf);
+    free(c.recvbuf);
+  } else {
+    PERF_CHECK(&c, ncclxMemFree(c.sendbuf));
+    PERF_CHECK(&c, ncclxMemFree(c.recvbuf));
+  }
   PERF_CHECK(&c, ncclxCommFinalize(comm));
   PERF_CHECK(&c, ncclxCommDestroy(comm));
   return status;

@@ -60,6 +60,7 @@ typedef struct {
   size_t minBytes, maxBytes, factor;
   long iters, warmup;
   int check, barrier, percentiles, inPlace;
+  int plainBuffers; /* -M malloc: ordinary memory instead of ncclxMemAlloc's */
   const PerfType* type;
   ncclxRedOp_t redop;
   int root;
@@ -92,6 +93,8 @@ static void perfUsage(FILE* f) {
           "  -z 0|1    1 = barrier before each op, time the op alone (OSU style)\n"
           "  -I        also print per-iteration p50 and p99 (max over ranks)\n"
           "  -a        also run and print the in-place form\n"
+          "  -M KIND   buffers: memalloc (ncclxMemAlloc, default: same-host peers copy out of\n"
+          "            them once) or malloc (ordinary memory, as an application's own)\n"
           "  -np N     fork N local ranks (rendezvous: ncclxGetUniqueId, or NCCLX_COMM_ID)\n"
           "  -T SEC    with -np: kill the ranks if the run takes longer (default 600)\n"
           "  -h        this help\n"
@@ -235,7 +238,7 @@ static int perfParseArgs(int argc, char** argv, PerfOptions* o) {
     char flag;
     const char* val;
     if (strncmp(a, "-np", 3) == 0) flag = 'N'; /* before -n: "-np" is not "-n p" */
-    else if (strlen(a) >= 2 && strchr("befnwcdorzT", a[1])) flag = a[1];
+    else if (strlen(a) >= 2 && strchr("befnwcdorzTM", a[1])) flag = a[1];
     else PERF_ARG_ERR("unknown flag '%s'", a);
     size_t nameLen = flag == 'N' ? 3 : 2;
     if (a[nameLen] != '\0') val = a + nameLen; /* -b8 as well as -b 8 */
@@ -291,6 +294,11 @@ static int perfParseArgs(int argc, char** argv, PerfOptions* o) {
         o->redop = (ncclxRedOp_t)found;
         break;
       }
+      case 'M':
+        if (strcmp(val, "memalloc") != 0 && strcmp(val, "malloc") != 0)
+          PERF_ARG_ERR("-M: unknown buffer kind '%s' (memalloc, malloc)", val);
+        o->plainBuffers = strcmp(val, "malloc") == 0;
+        break;
       case 'r':
         if (perfParseLong(val, 0, 1 << 30, &v)) PERF_ARG_ERR("-r: bad root '%s'", val);
         o->root = (int)v;
