@@ -2,6 +2,7 @@
 #include "comm.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "coll_ll.h"
 #include "config.h"
 #include "debug.h"
+#include "net_shm.h"
 #include "peers.h"
 #include "stream.h"
 #include "prof.h"
@@ -286,8 +288,9 @@ static void commFreeResources(struct ncclxComm* comm) {
  * may set differently per rank: ranks would then choose different protocols and wait for
  * each other). */
 static void commCountHosts(struct ncclxComm* comm) {
-  int nhosts = 0, maxPer = 0, cpus = 0;
+  int nhosts = 0, maxPer = 0, cpus = 0, cmaFast = 1;
   for (int i = 0; i < comm->nranks; i++) {
+    cmaFast &= comm->peerInfo[i].cmaFast != 0;
     int c = comm->peerInfo[i].cpus > 0 ? comm->peerInfo[i].cpus : 1;
     if (cpus == 0 || c < cpus) cpus = c;
     int seenBefore = 0, same = 0;
@@ -302,6 +305,24 @@ static void commCountHosts(struct ncclxComm* comm) {
   comm->nhosts = nhosts;
   comm->ranksPerHostMax = maxPer;
   comm->hostCpusMin = cpus;
+  comm->cmaFastAll = cmaFast;
+}
+
+/* Whether process_vm_readv runs at CMA_FAST of memcpy's speed or more on this host: where
+ * every rank has a CPU, one copy by it then beats two pipelined memcpys through the shm
+ * slots. On an Intel host of the project's machine kind it ran at 0.6-0.75 and won (2 ranks,
+ * all-gather 2 MiB: 140 us against 208); on the AMD ones at about 0.4, and lost 1.3-2.4x.
+ * Every rank's answer travels in its peer info and the comm ANDs them (cmaFastAll), so all
+ * ranks choose alike (the tuner must). */
+#define CMA_FAST 0.55
+static int cmaFastHere(void) {
+  double cma = 0, copy = 0;
+  int fast = ncclxShmCmaSpeed(&cma, &copy) == 0 && cma >= CMA_FAST * copy;
+  static atomic_int logged;
+  if (!atomic_exchange(&logged, 1))
+    INFO(NCCLX_LOG_INIT | NCCLX_LOG_NET, "shm: process_vm_readv at %.1f GB/s, memcpy at %.1f GB/s here: %s", cma,
+         copy, fast ? "single copy where every rank has a CPU" : "two copies through the slots");
+  return fast;
 }
 
 /* Before the bootstrap: transports open and listening, this rank's peer info filled in (at
@@ -321,7 +342,9 @@ static ncclxResult_t commPrepare(struct ncclxComm* comm, struct ncclxComm* paren
   me->cpus = xferHostCpus();
   snprintf(me->hostname, sizeof(me->hostname), "%s", bootstrapHostname());
   me->hostHash = hostIdentity(me->hostname);
-  return parent ? peersListenShared(comm, parent) : peersListen(comm);
+  NCCLX_CHECK(parent ? peersListenShared(comm, parent) : peersListen(comm));
+  me->cmaFast = me->shmEnabled && cmaFastHere();
+  return ncclxSuccess;
 }
 
 /* Everything after the bootstrap exists: peer info (gathered unless the bootstrap did it),

@@ -24,6 +24,7 @@ struct ncclxPeerInfo {
   char shmHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from shared memory's listen, if enabled */
   int shmEnabled;
   int cpus; /* CPUs this rank's process may run on (xferHostCpus) */
+  int cmaFast; /* process_vm_readv runs fast here (ncclxShmCmaFast) */
 };
 
 /* A transport the communicator talks over: the network, or shared memory for peers on the
@@ -54,6 +55,8 @@ struct ncclxComm {
   int nhosts, ranksPerHostMax;
   int hostCpusMin; /* the fewest CPUs of any rank's process: with ranksPerHostMax, whether
                       ranks share CPUs, as every rank sees it (tune.c) */
+  int cmaFastAll;  /* every rank found process_vm_readv fast (peerInfo.cmaFast): the same
+                      on every rank (peers.c, tune.c) */
   struct ncclxHostMap* hostMap; /* coll_hier.c: built on the first hierarchical call */
   struct ncclxLLBoard* ll;       /* coll_ll.c: mapped on the first LL-protocol call */
 

@@ -110,6 +110,10 @@ long long ncclxShmCommMappedMessages(void* comm);
  * 0 not known yet (a sendComm whose receiver has not accepted), -1 not a shm comm. */
 int ncclxShmCommMode(void* comm);
 
+/* This host's process_vm_readv and memcpy speeds (GB/s), measured once per process on 1 MiB
+ * of ordinary memory: 0, or -1 when process_vm_readv does not work here (comm.c decides). */
+int ncclxShmCmaSpeed(double* cmaGBps, double* copyGBps);
+
 /* The core's choice for a sendComm under single_copy = auto: prefer != 0 sends large messages
  * through the ring even when CMA works (peers.c: when the host has CPUs for its ranks). */
 void ncclxShmPreferCopy(void* sendComm, int prefer);

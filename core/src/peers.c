@@ -172,11 +172,15 @@ int peersOpenCount(const struct ncclxComm* comm) {
 }
 
 /* Large shm messages: double copy through the ring while the host has a CPU for every four
- * ranks, single copy (CMA) beyond. Measured with ncclx-perf on 2 CPUs (medians of 3-5
+ * ranks, single copy (CMA) beyond. Measured with ncclx-perf on 2 AMD CPUs (medians of 3-5
  * alternating runs, 32 KiB-16 MiB): double copy 1.3-2.4x CMA's busbw at 2 ranks on every
  * collective, mostly ahead at 4, ahead or even at 8 (broadcast up to 2x); at 16 ranks even.
- * Beyond, a receiver that pulls alone (the sender needs no CPU) should win. */
+ * Beyond, a receiver that pulls alone (the sender needs no CPU) should win. Where every rank
+ * has a CPU and process_vm_readv is fast on every rank's host (comm->cmaFastAll), one copy
+ * wins (ncclxShmCmaFast); with ranks sharing CPUs it was mixed even there (an Intel host, 4
+ * ranks: all-reduce 256 KiB 141 us against 104, reduce-scatter 256 KiB 63 against 97). */
 static int shmPreferCopy(const struct ncclxComm* comm) {
+  if (commRanksOwnCpus(comm) && comm->cmaFastAll) return 0;
   return comm->ranksPerHostMax <= 4 * xferHostCpus();
 }
 
