@@ -310,14 +310,27 @@ static void commCountHosts(struct ncclxComm* comm) {
 
 /* Whether process_vm_readv runs at CMA_FAST of memcpy's speed or more on this host: where
  * every rank has a CPU, one copy by it then beats two pipelined memcpys through the shm
- * slots. On an Intel host of the project's machine kind it ran at 0.6-0.75 and won (2 ranks,
- * all-gather 2 MiB: 140 us against 208); on the AMD ones at about 0.4, and lost 1.3-2.4x.
- * Every rank's answer travels in its peer info and the comm ANDs them (cmaFastAll), so all
- * ranks choose alike (the tuner must). */
-#define CMA_FAST 0.55
+ * slots. On an Intel host of the project's machine kind it ran at 0.55-0.65 and won (2
+ * ranks, all-gather 2 MiB: 140 us against 208); on the AMD ones at about 0.4, and lost
+ * 1.3-2.4x. The probe reads this process's own memory, which the kernel always allows, so a
+ * Yama ptrace_scope above 0 (ranks cannot read each other) or single_copy = none answers no
+ * without it. Every rank's answer travels in its peer info and the comm ANDs them
+ * (cmaFastAll), so all ranks choose alike (the tuner must). */
+#define CMA_FAST 0.5
+static int cmaPeersAllowed(void) {
+  const char* v = ncclxConfigGet("net.shm", "single_copy");
+  if (v && strcmp(v, "none") == 0) return 0;
+  FILE* f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (!f) return 1; /* no Yama: the usual same-user check, which ranks of one job pass */
+  int scope = 1;
+  if (fscanf(f, "%d", &scope) != 1) scope = 1;
+  fclose(f);
+  return scope == 0;
+}
+
 static int cmaFastHere(void) {
   double cma = 0, copy = 0;
-  int fast = ncclxShmCmaSpeed(&cma, &copy) == 0 && cma >= CMA_FAST * copy;
+  int fast = cmaPeersAllowed() && ncclxShmCmaSpeed(&cma, &copy) == 0 && cma >= CMA_FAST * copy;
   static atomic_int logged;
   if (!atomic_exchange(&logged, 1))
     INFO(NCCLX_LOG_INIT | NCCLX_LOG_NET, "shm: process_vm_readv at %.1f GB/s, memcpy at %.1f GB/s here: %s", cma,

@@ -24,7 +24,7 @@ struct ncclxPeerInfo {
   char shmHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from shared memory's listen, if enabled */
   int shmEnabled;
   int cpus; /* CPUs this rank's process may run on (xferHostCpus) */
-  int cmaFast; /* process_vm_readv runs fast here (ncclxShmCmaFast) */
+  int cmaFast; /* process_vm_readv between ranks is allowed and fast here (comm.c, cmaFastHere) */
 };
 
 /* A transport the communicator talks over: the network, or shared memory for peers on the

@@ -177,7 +177,7 @@ int peersOpenCount(const struct ncclxComm* comm) {
  * collective, mostly ahead at 4, ahead or even at 8 (broadcast up to 2x); at 16 ranks even.
  * Beyond, a receiver that pulls alone (the sender needs no CPU) should win. Where every rank
  * has a CPU and process_vm_readv is fast on every rank's host (comm->cmaFastAll), one copy
- * wins (ncclxShmCmaFast); with ranks sharing CPUs it was mixed even there (an Intel host, 4
+ * wins (comm.c, cmaFastHere); with ranks sharing CPUs it was mixed even there (an Intel host, 4
  * ranks: all-reduce 256 KiB 141 us against 104, reduce-scatter 256 KiB 63 against 97). */
 static int shmPreferCopy(const struct ncclxComm* comm) {
   if (commRanksOwnCpus(comm) && comm->cmaFastAll) return 0;

@@ -189,11 +189,12 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
     ratio = n / (2 * (n - 1)) * (ownCpu ? 4.0 : 1.0);
   } else {
     ratio = (n + 1) / (2 * n - 1) / TUNE_LL_BULK_SPEEDUP;
-    /* Where process_vm_readv is fast (comm->cmaFastAll) the transport copies an ordinary
-     * buffer once, and an ncclxMemAlloc one as the board would (mapped): the board only
-     * loses (an Intel host, 2 ranks, ordinary buffers: 1 MiB 55 us against 90, 16 MiB 1480
-     * against 1897). */
-    if (ownCpu && (callBytes < TUNE_LL_BULK_OWN_CPU_MIN || comm->cmaFastAll)) ratio *= 4.0;
+    /* At 2 ranks where process_vm_readv is fast (comm->cmaFastAll) the transport copies an
+     * ordinary buffer once, and an ncclxMemAlloc one as the board would (mapped): the board
+     * only loses (an Intel host, ordinary buffers: 1 MiB 55 us against 90, 16 MiB 1480
+     * against 1897). More ranks were not measured: there the tree forwards what it gets. */
+    int cmaWins = comm->nranks == 2 && comm->cmaFastAll;
+    if (ownCpu && (callBytes < TUNE_LL_BULK_OWN_CPU_MIN || cmaWins)) ratio *= 4.0;
   }
   table[e] = (float)(best * ratio);
   valid[(*nvalid)++] = e;
@@ -204,8 +205,9 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
  * layout. Calls repeat shapes, so a few tables per thread save recomputing the model on
  * every call; the key holds everything the table depends on, so entries never go stale. */
 typedef struct {
-  int used, coll, nranks, nhosts, perHost, cpus, tp;
+  int used, coll, nranks, nhosts, perHost, cpus, tp, cmaFast;
   const void* peers; /* the comm's peer table: whether LL can run depends on it */
+  uint64_t commHash; /* with peers: a new comm that got a freed one's table address */
   size_t bytes, chunk;
   unsigned modelGen;
   int nvalid;
@@ -221,14 +223,14 @@ static void modelTable(const struct ncclxComm* comm, ncclxCollType_t coll, size_
   TableCacheEntry* e = &tableCache[((callBytes * 0x9e3779b97f4a7c15ull) >> 62) ^ ((unsigned)coll & 3u)];
   if (!(e->used && e->coll == (int)coll && e->bytes == callBytes && e->nranks == comm->nranks &&
         e->nhosts == comm->nhosts && e->perHost == comm->ranksPerHostMax &&
-        e->cpus == comm->hostCpusMin && e->tp == tp &&
-        e->peers == (const void*)comm->peerInfo &&
+        e->cpus == comm->hostCpusMin && e->tp == tp && e->cmaFast == comm->cmaFastAll &&
+        e->peers == (const void*)comm->peerInfo && e->commHash == comm->commHash &&
         e->chunk == comm->chunkBytes && e->modelGen == gen)) {
     modelTableCompute(comm, coll, callBytes, e->table, e->valid, &e->nvalid);
     e->used = 1, e->coll = (int)coll, e->bytes = callBytes, e->nranks = comm->nranks;
     e->nhosts = comm->nhosts, e->perHost = comm->ranksPerHostMax, e->cpus = comm->hostCpusMin;
-    e->tp = tp;
-    e->peers = comm->peerInfo;
+    e->tp = tp, e->cmaFast = comm->cmaFastAll;
+    e->peers = comm->peerInfo, e->commHash = comm->commHash;
     e->chunk = comm->chunkBytes, e->modelGen = gen;
   }
   memcpy(table, e->table, sizeof(e->table));
