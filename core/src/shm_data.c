@@ -145,7 +145,11 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
   int mapped = r->off == 0 && c->attached && c->mapOk && r->size >= mappedMin &&
                shmMemFind(r->data, r->size, &ref);
   if (mapped) mapped = mirrorTouch(c, ref.id) || !fits;
-  if (fits && !mapped) {
+  /* An exchange's message from ordinary memory is read once by the receiver too, as a mapped
+   * one would be: nothing waits on its sender's wait (ncclxShmSendKind). */
+  int exchangeCma = r->sendKind == NCCLX_SHM_SEND_EXCHANGE && r->size >= SHM_EXCHANGE_CMA_MIN;
+  int cma = c->attached && c->mode == SHM_MODE_CMA && !mapped && (exchangeCma || (!fits && !c->preferCopy));
+  if (fits && !mapped && !cma) {
     shmSlot* sl = slotOf(c, c->seq);
     if (r->size)
       copyToSlot(c, r->size <= SHM_TINY_BYTES ? (char*)sl->s.tiny : payloadOf(c, c->seq), r->data, r->size);
@@ -157,7 +161,6 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
   }
   /* One memcpy by the receiver beats both CMA and two copies; but with ranks sharing CPUs,
    * a message the ring could hold is better copied in and left (ncclxShmSharedCpus). */
-  int cma = !fits && c->mode == SHM_MODE_CMA && !c->preferCopy;
   if (mapped || cma) {
     shmSlot* sl = slotOf(c, c->seq);
     sl->s.addr = (uint64_t)(uintptr_t)r->data;

@@ -49,6 +49,11 @@
  * 32 KiB (8 KiB blocks) 8.14 / 6.16, 256 KiB 50.5 / 16.1; 8 ranks, 128 KiB 72 / 30, 512 KiB
  * 316 / 184. From 4 KiB it was slower (4 ranks, 16 KiB: 6.07 / 7.95). */
 #define SHM_EXCHANGE_MAPPED_MIN ((size_t)8192)
+/* ... and those in ordinary memory go by process_vm_readv from this size, where the receiver's
+ * mode allows it: a system call per message costs more below. 4 ranks on 2 CPUs, ordinary
+ * buffers, linear all-to-all, alternating runs (us, slots / CMA / Open MPI): 128 KiB (32 KiB
+ * blocks) 23.0 / 19.4; 512 KiB 123 / 74 / 74; 64 KiB (16 KiB blocks) 12.4 / 14.6. */
+#define SHM_EXCHANGE_CMA_MIN ((size_t)32768)
 
 /* Progress heuristics. */
 #define SHM_ARM_IDLE 128                      /* idle test() calls before arming the doorbell */
