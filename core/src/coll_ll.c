@@ -47,6 +47,7 @@
 #include "copy_nt.h"
 #include "config.h"
 #include "debug.h"
+#include "peers.h"
 #include "reduce.h"
 #include "shm_mem.h"
 #include "xfer.h"
@@ -397,12 +398,6 @@ static ncclxResult_t llOpen(struct ncclxComm* comm, struct ncclxLLBoard* b) {
   return ncclxSuccess;
 }
 
-/* [net.shm] single_copy = none keeps every reader off the others' memory, the board's too. */
-static int llMapAllowed(void) {
-  const char* v = ncclxConfigGet("net.shm", "single_copy");
-  return !v || strcmp(v, "none") != 0;
-}
-
 static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) {
   if (comm->ll) {
     *out = comm->ll;
@@ -433,7 +428,7 @@ static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) 
   /* The probe page the others try mapping before reading this rank's buffers (llMapUpdate). */
   llCtl* own = &b->ctl[comm->rank];
   own->probeFd = -1;
-  if (!llMapAllowed() || shmMemProbe(&own->probeFd, &own->probeId) != 0) own->probeFd = -1;
+  if (!peersSingleCopyAllowed() || shmMemProbe(&own->probeFd, &own->probeId) != 0) own->probeFd = -1;
   atomic_store_explicit(&own->mapState, LL_MAP_PROBE_SET, memory_order_release);
   if (atomic_fetch_add(&b->hdr->attached, 1) + 1 == (uint32_t)comm->nranks) {
     shm_unlink(b->name); /* everyone has it: nothing left behind, whatever happens next */
@@ -982,7 +977,7 @@ static void llMapUpdate(struct ncclxComm* comm, struct ncclxLLBoard* b) {
     for (int r = 0; r < n; r++)
       if (atomic_load_explicit(&b->ctl[r].mapState, memory_order_acquire) < LL_MAP_PROBE_SET)
         return; /* not attached yet: ask again at the next bulk broadcast */
-    int ok = llMapAllowed();
+    int ok = peersSingleCopyAllowed();
     for (int r = 0; r < n && ok; r++) {
       if (r == me) continue;
       shmMemRef probe = {.id = b->ctl[r].probeId, .bytes = SHM_MEM_PROBE_BYTES, .fd = b->ctl[r].probeFd};

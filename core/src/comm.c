@@ -318,8 +318,7 @@ static void commCountHosts(struct ncclxComm* comm) {
  * (cmaFastAll), so all ranks choose alike (the tuner must). */
 #define CMA_FAST 0.5
 static int cmaPeersAllowed(void) {
-  const char* v = ncclxConfigGet("net.shm", "single_copy");
-  if (v && strcmp(v, "none") == 0) return 0;
+  if (!peersSingleCopyAllowed()) return 0;
   FILE* f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
   if (!f) return 1; /* no Yama: the usual same-user check, which ranks of one job pass */
   int scope = 1;

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "debug.h"
 #include "net_shm.h"
 #include "transport.h"
@@ -500,4 +501,9 @@ void peersClose(struct ncclxComm* comm) {
     if (last) listenerFree(L);
   }
   pthread_mutex_unlock(&comm->connLock);
+}
+
+int peersSingleCopyAllowed(void) {
+  const char* v = ncclxConfigGet("net.shm", "single_copy");
+  return !v || strcmp(v, "none") != 0;
 }

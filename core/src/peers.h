@@ -25,4 +25,8 @@ ncclxResult_t peersConnectAll(struct ncclxComm* comm);
 void peersClose(struct ncclxComm* comm);
 /* Connections opened so far by this rank (both directions), for init benchmarks. */
 int peersOpenCount(const struct ncclxComm* comm);
+
+/* Whether this rank may read other ranks' memory directly: [net.shm] single_copy is not
+ * "none" (the transport's mapped and CMA paths, the LL board's mapped broadcasts). */
+int peersSingleCopyAllowed(void);
 #endif

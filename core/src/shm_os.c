@@ -196,12 +196,6 @@ int shmCleanStale(shmCtx* ctx) {
 static pthread_once_t speedOnce = PTHREAD_ONCE_INIT;
 static double speedCma, speedCopy; /* GB/s; speedCma 0: process_vm_readv refused */
 
-static double speedNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void speedMeasure(void) {
   char* src = aligned_alloc(4096, SHM_SPEED_BYTES);
   char* dst = aligned_alloc(4096, SHM_SPEED_BYTES);
@@ -210,17 +204,17 @@ static void speedMeasure(void) {
     memset(src, 1, SHM_SPEED_BYTES);
     memset(dst, 2, SHM_SPEED_BYTES);
     for (int i = 0; i <= SHM_SPEED_REPS; i++) { /* round 0 warms up */
-      double t0 = speedNow();
+      uint64_t t0 = shmNowNs();
       memcpy(dst, src, SHM_SPEED_BYTES);
-      double t1 = speedNow();
+      uint64_t t1 = shmNowNs();
       ssize_t n = shmCmaRead(getpid(), dst, (uint64_t)(uintptr_t)src, SHM_SPEED_BYTES);
-      double t2 = speedNow();
+      uint64_t t2 = shmNowNs();
       if (n != (ssize_t)SHM_SPEED_BYTES) {
         bestCma = 0;
         break;
       }
       if (i == 0 || t1 <= t0 || t2 <= t1) continue;
-      double copy = (double)SHM_SPEED_BYTES / (t1 - t0) / 1e9, cma = (double)SHM_SPEED_BYTES / (t2 - t1) / 1e9;
+      double copy = (double)SHM_SPEED_BYTES / (double)(t1 - t0), cma = (double)SHM_SPEED_BYTES / (double)(t2 - t1);
       if (copy > bestCopy) bestCopy = copy;
       if (cma > bestCma) bestCma = cma;
     }
