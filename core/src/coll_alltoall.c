@@ -31,13 +31,29 @@ static void copySelf(const struct ncclxComm* comm, const a2aView* v) {
   memmove(v->dst + r * v->dstStride, v->src + r * v->srcStride, v->len);
 }
 
-/* n-1 steps; step k sends to r+k and receives from r-k, so every pair meets exactly once. */
+/* n-1 steps; step k sends to r+k and receives from r-k, so every pair meets exactly once.
+ * With a CPU per rank our own block is copied while step 1 runs (xferRunCopying), not before
+ * it: the peer reads our block meanwhile, and we do not sit idle at the end of the step
+ * while it finishes. 2 ranks, alternating runs: 8 MiB 725 -> 586 us, 16 MiB 1434 -> 1174
+ * (Open MPI 697 and 1371); ordinary buffers, 16 MiB: 1797 -> 1431 (Open MPI 1581); 1 MiB and
+ * less unchanged. The transfers are the same either way, so ranks may choose apart. */
 static ncclxResult_t viewPairwise(struct ncclxComm* comm, const a2aView* v, ncclxXfer* xfers,
                                   char* work) {
   (void)xfers, (void)work;
-  int n = comm->nranks, r = comm->rank;
-  copySelf(comm, v);
-  for (int k = 1; k < n; k++) {
+  int n = comm->nranks, r = comm->rank, k = 1;
+  char* ownDst = v->dst + (size_t)r * v->dstStride;
+  const char* ownSrc = v->src + (size_t)r * v->srcStride;
+  if (n > 1 && v->len > 0 && collRootCopyAlongside(comm, ownSrc, ownDst, v->len)) {
+    size_t to = (size_t)((r + 1) % n), from = (size_t)((r - 1 + n) % n);
+    ncclxXfer x[2] = {
+        {.peer = (int)to, .isSend = 1, .buf = (void*)(v->src + to * v->srcStride), .bytes = v->len},
+        {.peer = (int)from, .isSend = 0, .buf = v->dst + from * v->dstStride, .bytes = v->len}};
+    NCCLX_CHECK(xferRunCopying(comm, x, 2, ownDst, ownSrc, v->len));
+    k = 2;
+  } else {
+    copySelf(comm, v);
+  }
+  for (; k < n; k++) {
     size_t to = (size_t)((r + k) % n), from = (size_t)((r - k + n) % n);
     NCCLX_CHECK(collSendRecv(comm, (int)to, v->src + to * v->srcStride, v->len, (int)from,
                          v->dst + from * v->dstStride, v->len));
