@@ -5,6 +5,7 @@
  * excluded entry. Files go to a fresh directory under /tmp; WARN lines are captured by
  * pointing stderr at a file. */
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +292,25 @@ static void testShmChoices(void) {
   CHECK(xShm > 0 && xNet > 0 && xShm < xNet);
 }
 
+/* At 2 ranks on one host, ring and Rabenseifner all-reduce pay for the lines the peer copied
+ * in their allgather step (tune_model.c): recursive doubling up to 512 KiB, not from 1 MiB.
+ * Over the network the term does not apply. */
+static void testTwoRankShmAllreduce(void) {
+  const TuneModel* m = tuneModelGet();
+  struct ncclxComm shm;
+  fakeComm(&shm, 2, 1, 1);
+  for (size_t bytes = (size_t)64 << 10; bytes <= ((size_t)512 << 10); bytes *= 2)
+    CHECK(choose(&shm, NCCLX_COLL_ALLREDUCE, bytes / 4) == NCCLX_ALGO_RECURSIVE_DOUBLING);
+  CHECK(allreduceCrossover(&shm) == ((size_t)1 << 20));
+  double S = 256.0 * 1024, chunk = 512.0 * 1024, g = m->gammaUsPerByte;
+  for (int tp = 0; tp < NCCLX_NUM_TP; tp++) {
+    double rab2 = tuneModelCost(m, tp, NCCLX_COLL_ALLREDUCE, NCCLX_ALGO_RABENSEIFNER, 2, S, chunk, 0);
+    double rabNoTerm = 2 * m->link[tp].alphaUs + S * m->link[tp].betaUsPerByte + 0.5 * S * g;
+    double extra = tp == NCCLX_TP_SHM ? S * g : 0;
+    CHECK(fabs(rab2 - rabNoTerm - extra) < 1e-6 * rab2);
+  }
+}
+
 /* The LL protocol enters the table as (linear, ll) where it can run: one host, shared memory
  * with every rank, at most ll_max_bytes (4096 by default) contributed per rank. */
 static void testLLChoices(void) {
@@ -532,6 +552,7 @@ int main(void) {
   testConfigKey();
   testTransport();
   testShmChoices();
+  testTwoRankShmAllreduce();
   testLLChoices();
   testLLBroadcastRounds();
   testLLAllgatherBulk();
