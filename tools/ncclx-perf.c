@@ -79,6 +79,7 @@ static void perfPrintHeader(const PerfCtx* c, int op) {
          info->isReduction ? perfRedOpNames[o->redop] : "none", o->iters, o->warmup, o->check);
   if (info->hasRoot) printf(", root %d", o->root);
   if (o->plainBuffers) printf(", buffers malloc");
+  if (perfPinnedCpus) printf(", rank r on CPU r mod %d", perfPinnedCpus);
   printf(", barrier %d, sizes %zu..%zu x%zu\n", o->barrier, o->minBytes, o->maxBytes, o->factor);
   int sets = o->inPlace ? 2 : 1;
   printf("#%50s", "");

@@ -19,24 +19,30 @@
 
 typedef int (*PerfRankMain)(int rank, int nranks, void* arg);
 
-/* Pin rank r to the (r mod n)-th CPU we may run on, as mpirun --map-by core --bind-to
- * core:overload-allowed does. Unpinned, the scheduler sometimes leaves two spinning ranks on
- * one CPU for a whole run while another CPU idles, or three of four ranks on one of two CPUs:
- * every exchange then waits for a context switch (~7 us instead of ~0.6 us for a 2-rank 8-byte
- * all-reduce), and 4 ranks' 256 KiB all-reduce takes 165 us instead of 95-105.
- * NCCLX_PERF_BIND=0 leaves the ranks unpinned. */
-static void perfBindRank(int r) {
+/* Pin rank r to the (r mod n)-th of the n CPUs we may run on, as mpirun --map-by core
+ * --bind-to core:overload-allowed does. Unpinned, the scheduler sometimes leaves two spinning
+ * ranks on one CPU for a whole run while another CPU idles, or three of four ranks on one of
+ * two CPUs: every exchange then waits for a context switch (~7 us instead of ~0.6 us for a
+ * 2-rank 8-byte all-reduce), and 4 ranks' 256 KiB all-reduce takes 165 us instead of 95-105.
+ * More ranks than CPUs are pinned only where we may use every online CPU: a rank pinned to one
+ * CPU counts the host's CPUs as its share (xferHostCpus), which in a smaller cpuset would
+ * hide the oversubscription. NCCLX_PERF_BIND=0 leaves the ranks unpinned. */
+static int perfPinnedCpus; /* N of "rank r on CPU r mod N" once this rank is pinned, else 0 */
+
+static void perfBindRank(int r, int n) {
   const char* env = getenv("NCCLX_PERF_BIND");
   if (env && strcmp(env, "0") == 0) return;
   cpu_set_t allowed, mine;
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) == 0) return;
+  if (n > CPU_COUNT(&allowed) && CPU_COUNT(&allowed) < sysconf(_SC_NPROCESSORS_ONLN)) return;
   int want = r % CPU_COUNT(&allowed);
   for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
     if (!CPU_ISSET(cpu, &allowed)) continue;
     if (seen++ != want) continue;
     CPU_ZERO(&mine);
     CPU_SET(cpu, &mine);
-    sched_setaffinity(0, sizeof(mine), &mine); /* best effort: unpinned still works */
+    /* best effort: unpinned still works */
+    if (sched_setaffinity(0, sizeof(mine), &mine) == 0) perfPinnedCpus = CPU_COUNT(&allowed);
     return;
   }
 }
@@ -127,7 +133,7 @@ static int perfLaunch(int n, double timeoutSec, PerfRankMain rankMain, void* arg
       /* A rank must not outlive a launcher that was killed (e.g. by a test timeout). */
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
-      perfBindRank(r);
+      perfBindRank(r, n);
       free(pids);
       free(alive);
       exit(rankMain(r, n, arg));

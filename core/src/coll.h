@@ -59,10 +59,11 @@ ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sen
                            int recvPeer, void* recvBuf, size_t recvBytes);
 /* Whether [a, a + alen) and [b, b + blen) share a byte (empty ranges share none). */
 int collRangesOverlap(const void* a, size_t alen, const void* b, size_t blen);
-/* Whether a broadcast root copies its sendbuff to recvbuff (bytes) alongside its sends
- * (xferRunCopying) rather than after them: out of place, not partly overlapping, and
- * commRanksOwnCpus (on a shared CPU the copy would take the time slices the children need:
- * 4 ranks on 2 CPUs, 15% slower at 512 KiB-2 MiB). */
+/* Whether a rank copies its own data from send to recv (bytes) alongside its transfers
+ * (xferRunCopying) rather than before or after them (a broadcast root's sendbuff, an
+ * all-gather's or a pairwise all-to-all's own block): out of place, not partly overlapping,
+ * and commRanksOwnCpus (on a shared CPU the copy would take the time slices the children
+ * need: 4 ranks on 2 CPUs, 15% slower at 512 KiB-2 MiB). */
 int collRootCopyAlongside(const struct ncclxComm* comm, const void* send, const void* recv,
                           size_t bytes);
 /* Bytes of one pipeline piece (the call's chunk, 1 MiB when unset), and the same in elements

@@ -336,7 +336,7 @@ int xferHostCpus(void) {
   int c = atomic_load_explicit(&cpus, memory_order_relaxed);
   if (c == 0) {
     /* A process bound to a single CPU was pinned by its launcher (mpirun --bind-to core,
-     * ncclx-perf -np), normally one rank per CPU: count the host's CPUs then. Counting its
+     * ncclx-perf -np), one or more ranks per CPU: count the host's CPUs then. Counting its
      * own mask made every pinned rank think it was oversubscribed and yield after 4 polls
      * (146k sched_yield calls in 200k 8-byte allreduces at 2 ranks: 0.64 us instead of
      * 0.37 us). A mask of several CPUs is the job's share of the host. */

@@ -63,8 +63,9 @@ typedef struct {
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 /* xferRun that also copies src to dst (bytes, not overlapping) in steps between progress
- * passes, so a local copy rides along with transfers that only read src (a broadcast root's
- * sendbuff to its recvbuff) instead of following them. */
+ * passes, so a local copy rides along with the transfers instead of preceding or following
+ * them. The transfers must not write src or read dst (a broadcast root's sendbuff to its
+ * recvbuff; a rank's own all-gather or all-to-all block, received into other blocks). */
 ncclxResult_t xferRunCopying(struct ncclxComm* comm, ncclxXfer* xfers, int n, void* dst,
                              const void* src, size_t bytes);
 

@@ -367,24 +367,29 @@ static void runAllGather(ncclxDataType_t t, size_t sendcount, int inplace, size_
   finishCase(&c);
 }
 
-static void runAllToAll(ncclxDataType_t t, size_t count, size_t sendOff, size_t recvOff) {
-  Case c = newCase("alltoall", t, -1, count, 0, -1, sendOff, recvOff);
+static void runAllToAll(ncclxDataType_t t, size_t count, int inplace, size_t sendOff, size_t recvOff) {
+  if (inplace) sendOff = recvOff; /* the one buffer gets the receive offset */
+  Case c = newCase("alltoall", t, -1, count, inplace, -1, sendOff, recvOff);
   uint64_t seed = g.caseNo;
   size_t blk = count * mpTypeSize(t), n = (size_t)g.nranks;
   mpBuf sb, rb;
   mpBufAlloc(&sb, blk * n, sendOff);
-  mpBufAlloc(&rb, blk * n, recvOff);
+  if (!inplace) mpBufAlloc(&rb, blk * n, recvOff);
+  unsigned char* recv = inplace ? sb.ptr : rb.ptr;
   for (size_t p = 0; p < n; p++) fillPattern(sb.ptr + p * blk, blk, seed, (uint64_t)g.rank, 1000 + p);
-  CALL(ncclxAllToAll(sb.ptr, rb.ptr, count, t, g.comm, NULL));
+  CALL(ncclxAllToAll(sb.ptr, recv, count, t, g.comm, NULL));
   for (size_t p = 0; p < n; p++) {
-    checkPattern(&c, "recvbuff", rb.ptr + p * blk, count, p * count, seed, p, 1000 + (uint64_t)g.rank);
-    checkPattern(&c, "sendbuff modified", sb.ptr + p * blk, count, p * count, seed,
-                 (uint64_t)g.rank, 1000 + p);
+    checkPattern(&c, "recvbuff", recv + p * blk, count, p * count, seed, p, 1000 + (uint64_t)g.rank);
+    if (!inplace)
+      checkPattern(&c, "sendbuff modified", sb.ptr + p * blk, count, p * count, seed,
+                   (uint64_t)g.rank, 1000 + p);
   }
   checkGuards(&c, "sendbuff guard", &sb);
-  checkGuards(&c, "recvbuff guard", &rb);
   mpBufFree(&sb);
-  mpBufFree(&rb);
+  if (!inplace) {
+    checkGuards(&c, "recvbuff guard", &rb);
+    mpBufFree(&rb);
+  }
   finishCase(&c);
 }
 
@@ -597,8 +602,8 @@ static void movementMatrix(void) {
       for (int inplace = 0; inplace < 2; inplace++) {
         for (int r = 0; r < nroots; r++) runBroadcast(t, cnt[ci], inplace, roots[r], 0, es);
         runAllGather(t, per[ci], inplace, 0, es);
+        runAllToAll(t, per[ci], inplace, 0, es);
       }
-      runAllToAll(t, per[ci], 0, es);
       runSendRecvRing(t, cnt[ci], 0, es);
     }
   }
@@ -692,7 +697,8 @@ static void misalignedCases(void) {
       runBroadcast(types[ti], n, 0, 0, 1, 0);
       runAllGather(types[ti], n, 0, 1, 0);
       runAllGather(types[ti], n, 1, 1, 1);
-      runAllToAll(types[ti], n, 1, 0);
+      runAllToAll(types[ti], n, 0, 1, 0);
+      runAllToAll(types[ti], n, 1, 1, 1);
       runAllToAllv(types[ti], n, 1);
       runSendRecvRing(types[ti], n, 1, 0);
     }
