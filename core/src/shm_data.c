@@ -146,9 +146,13 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
                shmMemFind(r->data, r->size, &ref);
   if (mapped) mapped = mirrorTouch(c, ref.id) || !fits;
   /* An exchange's message from ordinary memory is read once by the receiver too, as a mapped
-   * one would be: nothing waits on its sender's wait (ncclxShmSendKind). */
+   * one would be: nothing waits on its sender's wait (ncclxShmSendKind). So is a collective
+   * step's where every rank has a CPU and CMA is fast (SHM_COLL_CMA_MIN). */
   int exchangeCma = r->sendKind == NCCLX_SHM_SEND_EXCHANGE && r->size >= SHM_EXCHANGE_CMA_MIN;
-  int cma = c->attached && c->mode == SHM_MODE_CMA && !mapped && (exchangeCma || (!fits && !c->preferCopy));
+  int collCma = r->sendKind == NCCLX_SHM_SEND_COLL && !c->sharedCpus && !c->preferCopy &&
+                r->size >= SHM_COLL_CMA_MIN;
+  int cma = c->attached && c->mode == SHM_MODE_CMA && !mapped &&
+            (exchangeCma || collCma || (!fits && !c->preferCopy));
   if (fits && !mapped && !cma) {
     shmSlot* sl = slotOf(c, c->seq);
     if (r->size)

@@ -54,6 +54,14 @@
  * buffers, linear all-to-all, alternating runs (us, slots / CMA / Open MPI): 128 KiB (32 KiB
  * blocks) 23.0 / 19.4; 512 KiB 123 / 74 / 74; 64 KiB (16 KiB blocks) 12.4 / 14.6. */
 #define SHM_EXCHANGE_CMA_MIN ((size_t)32768)
+/* With a CPU per rank and process_vm_readv fast here (the core's preferCopy is off), a
+ * collective's messages from ordinary memory go by process_vm_readv from this size, as the
+ * ones in ncclxMemAlloc memory go mapped: one copy instead of two. 2 ranks, ordinary buffers,
+ * alternating runs (us, slots / CMA from 8 KiB / Open MPI): all-to-all 32 KiB 2.66 / 2.00 /
+ * 3.10, 128 KiB 8.35 / 4.76 / 5.38; all-gather 64 KiB 4.66 / 3.16 / 3.86; broadcast 64 KiB 4.74
+ * / 3.18 / 3.75; reduce-scatter 128 KiB 9.33 / 5.23; all-reduce 64 KiB 8.87 / 5.28. From 16
+ * or 32 KiB instead, 16-32 KiB calls gained less or nothing. */
+#define SHM_COLL_CMA_MIN ((size_t)8192)
 
 /* Progress heuristics. */
 #define SHM_ARM_IDLE 128                      /* idle test() calls before arming the doorbell */
