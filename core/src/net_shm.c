@@ -246,7 +246,9 @@ void ncclxShmSharedCpus(void* sendComm, int shared) {
 
 void ncclxShmPreferCopy(void* sendComm, int prefer) {
   shmComm* c = sendComm;
-  if (!c || c->kind != SHM_KIND_SEND || c->ctx->pref != SHM_PREF_AUTO) return;
+  if (!c || c->kind != SHM_KIND_SEND) return;
+  c->coreSingleCopy = prefer == 0;
+  if (c->ctx->pref != SHM_PREF_AUTO) return;
   c->preferCopy = prefer != 0;
   if (atomic_exchange(&c->ctx->loggedPrefer, 1 + c->preferCopy) != 1 + c->preferCopy)
     SHM_INFO(c->ctx, "single_copy = auto: large messages by %s (the core's choice for this host's ranks and CPUs)",

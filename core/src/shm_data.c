@@ -3,12 +3,15 @@
  * A connection is a ring of slots, each used in turn (use number `seq`, slot seq % nslots).
  * The sender fills a slot and stores full = seq + 1; the receiver, taking messages strictly
  * in order, copies out and stores done = seq + 1, which frees the slot. A message is
- *  - INLINE when it fits a slot: copied in and out (bytes <= 32 ride in the flag's cache line);
- *  - MAPPED when larger and in an ncclxMemAlloc allocation the receiver can map (shm_mem.c):
- *    the slot names the allocation, the receiver maps it (once per connection, cached) and
- *    copies the message out with memcpy; `done` is the ack that completes the send;
- *  - CMA when larger and single copy works: the slot carries the sender's address and the
- *    receiver reads it with process_vm_readv straight into the user buffer; `done` acks it;
+ *  - INLINE when it fits a slot: copied in and out (bytes <= 32 ride in the flag's cache line),
+ *    unless it goes MAPPED or CMA (sendOne: each kind of send has its size thresholds);
+ *  - MAPPED when in an ncclxMemAlloc allocation the receiver can map (shm_mem.c) and larger
+ *    than a slot or than its kind's threshold: the slot names the allocation, the receiver
+ *    maps it (once per connection, cached) and copies the message out with memcpy; `done` is
+ *    the ack that completes the send;
+ *  - CMA when single copy works and the message is larger than a slot or than its kind's
+ *    threshold: the slot carries the sender's address and the receiver reads it with
+ *    process_vm_readv straight into the user buffer; `done` acks it;
  *  - FRAG_FIRST/FRAG_NEXT otherwise: cut into slot-sized pieces, pipelined through the ring.
  *
  * Nothing here makes a system call on the fast path. A side that finds nothing to do for
@@ -149,7 +152,7 @@ static int sendOne(shmComm* c, shmReq* r, int* published) {
    * one would be: nothing waits on its sender's wait (ncclxShmSendKind). So is a collective
    * step's where every rank has a CPU and CMA is fast (SHM_COLL_CMA_MIN). */
   int exchangeCma = r->sendKind == NCCLX_SHM_SEND_EXCHANGE && r->size >= SHM_EXCHANGE_CMA_MIN;
-  int collCma = r->sendKind == NCCLX_SHM_SEND_COLL && !c->sharedCpus && !c->preferCopy &&
+  int collCma = r->sendKind == NCCLX_SHM_SEND_COLL && c->coreSingleCopy && !c->sharedCpus &&
                 r->size >= SHM_COLL_CMA_MIN;
   int cma = c->attached && c->mode == SHM_MODE_CMA && !mapped &&
             (exchangeCma || collCma || (!fits && !c->preferCopy));

@@ -54,7 +54,8 @@
  * buffers, linear all-to-all, alternating runs (us, slots / CMA / Open MPI): 128 KiB (32 KiB
  * blocks) 23.0 / 19.4; 512 KiB 123 / 74 / 74; 64 KiB (16 KiB blocks) 12.4 / 14.6. */
 #define SHM_EXCHANGE_CMA_MIN ((size_t)32768)
-/* With a CPU per rank and process_vm_readv fast here (the core's preferCopy is off), a
+/* With a CPU per rank and process_vm_readv fast here (the core asked for single copy: every
+ * rank has a CPU and CMA ran at half memcpy's speed or more on every host), a
  * collective's messages from ordinary memory go by process_vm_readv from this size, as the
  * ones in ncclxMemAlloc memory go mapped: one copy instead of two. 2 ranks, ordinary buffers,
  * alternating runs (us, slots / CMA from 8 KiB / Open MPI): all-to-all 32 KiB 2.66 / 2.00 /
@@ -257,6 +258,7 @@ struct shmComm {
   /* Sender only. */
   int attached;
   int preferCopy; /* single_copy = auto and the core asked for double copy (ncclxShmPreferCopy) */
+  int coreSingleCopy; /* the core asked for single copy, whatever single_copy says (SHM_COLL_CMA_MIN) */
   int sharedCpus;   /* the host's ranks share CPUs (ncclxShmSharedCpus) */
   int nextSendKind; /* NCCLX_SHM_SEND_* of the next message posted (ncclxShmSendKind) */
   struct {

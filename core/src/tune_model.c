@@ -184,13 +184,13 @@ static double log2ceil(int p) {
   return (double)l;
 }
 
-/* Ring and Rabenseifner all-reduce at 2 ranks over shared memory: in their allgather step the
- * peer copies the half this rank has just reduced, so the next call's reduction first takes
- * those lines back from the peer's cache. While the buffers stay in cache that costs about one
- * more reduction of the vector (sharedLines). 2 ranks, alternating runs (us, recursive
- * doubling / Rabenseifner / ring): 64 KiB 3.4 / 8.3 / 8.5, 128 KiB 6.2 / 16.0 / 15.8, 256 KiB
- * 13.1 / 17.5 / 17.1, 512 KiB 32.8 / 35.4 / 36.6; from 1 MiB recursive doubling is behind
- * (124 / 97 / 107). */
+/* Ring and Rabenseifner all-reduce at 2 ranks over shared memory, each rank on its own CPU: in
+ * their allgather step the peer copies the half this rank has just reduced, so the next
+ * call's reduction first takes those lines back from the peer's cache. While the buffers stay
+ * in cache that costs about one more reduction of the vector (sharedLines). 2 ranks,
+ * alternating runs (us, recursive doubling / Rabenseifner / ring): 64 KiB 3.4 / 8.3 / 8.5,
+ * 128 KiB 6.2 / 16.0 / 15.8, 256 KiB 13.1 / 17.5 / 17.1, 512 KiB 32.8 / 35.4 / 36.6; from
+ * 1 MiB recursive doubling is behind (124 / 97 / 107). */
 #define TUNE_SHARED_LINES_MAX_BYTES ((double)(512 << 10))
 
 double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo, int p,
@@ -201,7 +201,8 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
   double fold = pow2 ? 0 : 2 * (a + S * b); /* non-power-of-two pre/post step */
   /* Pipelined algorithms pay a fraction of alpha per extra chunk. */
   double pipeline = ceil(S / chunk) * a * 0.25;
-  double sharedLines = p == 2 && tp == NCCLX_TP_SHM && S <= TUNE_SHARED_LINES_MAX_BYTES ? S * g : 0;
+  double sharedLines =
+      p == 2 && tp == NCCLX_TP_SHM && !sharedCpus && S <= TUNE_SHARED_LINES_MAX_BYTES ? S * g : 0;
   if (p == 1) return algo == NCCLX_ALGO_RING || coll == NCCLX_COLL_BARRIER ? 0.0 : 1.0;
   /* Hierarchical: collHierModelCost (coll_hier.c), called by tune.c with both links. */
   if (algo == NCCLX_ALGO_HIERARCHICAL) return -1.0;

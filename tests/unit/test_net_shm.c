@@ -724,30 +724,46 @@ static void scenarioTooBig(Peer* p, int isParent, const char* mode) {
 }
 
 /* single_copy = auto, the core's choice per connection (ncclxShmPreferCopy): with double copy
- * a 512 KiB send (fragments, less than the ring) completes before the receiver posts
- * anything; with CMA it waits for the receiver to read it. Data exact both ways. */
+ * a send that the ring holds completes before the receiver posts anything; with CMA it waits
+ * for the receiver to read it. Under CMA: every message larger than a slot (512 KiB), and a
+ * collective's (kind COLL) of SHM_COLL_CMA_MIN or more (16 KiB here) unless the ranks share
+ * CPUs; not one below it (4 KiB), nor the application's own send (kind USER). Data exact
+ * every time. */
 static void scenarioPreferCopy(Peer* p, int isParent, const char* mode) {
   (void)mode;
-  size_t n = (size_t)512 << 10;
-  char* buf = bigAlloc(n);
+  struct {
+    size_t n;
+    int prefer, kind, shared, waits;
+  } cases[] = {{(size_t)512 << 10, 1, NCCLX_SHM_SEND_COLL, 0, 0},
+               {16 << 10, 1, NCCLX_SHM_SEND_COLL, 0, 0},
+               {(size_t)512 << 10, 0, NCCLX_SHM_SEND_COLL, 0, 1},
+               {16 << 10, 0, NCCLX_SHM_SEND_COLL, 0, 1},
+               {4 << 10, 0, NCCLX_SHM_SEND_COLL, 0, 0},
+               {16 << 10, 0, NCCLX_SHM_SEND_USER, 0, 0},
+               {16 << 10, 0, NCCLX_SHM_SEND_COLL, 1, 0}};
+  size_t max = (size_t)512 << 10;
+  char* buf = bigAlloc(max);
   /* Both sides must agree: the sender learns the mode when the receiver has attached. */
   double until = nowSec() + 5.0;
   while (ncclxShmCommMode(isParent ? p->send : p->recv) == 0 && nowSec() < until) sched_yield();
   int cma = ncclxShmCommMode(isParent ? p->send : p->recv) == 1;
-  for (int prefer = 1; prefer >= 0; prefer--) {
-    if (!prefer && !cma) break; /* no CMA here: nothing to compare with */
+  for (int k = 0; k < (int)(sizeof(cases) / sizeof(cases[0])); k++) {
+    size_t n = cases[k].n;
+    if (!cases[k].prefer && !cma) break; /* no CMA here: nothing to compare with */
     if (isParent) {
-      ncclxShmPreferCopy(p->send, prefer);
-      fill(buf, n, 77 + (uint64_t)prefer);
+      ncclxShmPreferCopy(p->send, cases[k].prefer);
+      ncclxShmSharedCpus(p->send, cases[k].shared);
+      ncclxShmSendKind(p->send, cases[k].kind);
+      fill(buf, n, 77 + (uint64_t)k);
       void* req = NULL;
       CHECK(N->isend(p->send, buf, n, 0, NULL, NULL, &req) == ncclxSuccess && req, "isend failed");
       int done = 0;
-      until = nowSec() + (prefer ? 5.0 : 0.2);
+      until = nowSec() + (cases[k].waits ? 0.2 : 5.0);
       while (!done && nowSec() < until) CHECK(N->test(req, &done, NULL) == ncclxSuccess, "test failed");
-      if (prefer)
-        CHECK(done, "double copy: a 512 KiB send did not complete before the receive was posted");
+      if (cases[k].waits)
+        CHECK(!done, "case %d: a %zu-byte send completed before the receiver read it", k, n);
       else
-        CHECK(!done, "CMA: a 512 KiB send completed before the receiver read it");
+        CHECK(done, "case %d: a %zu-byte send did not complete before the receive was posted", k, n);
       sync2(p);
       if (req && !done) CHECK(waitReq(req, NULL, p->sendFd, 20) == ncclxSuccess, "send failed");
     } else {
@@ -755,10 +771,10 @@ static void scenarioPreferCopy(Peer* p, int isParent, const char* mode) {
       memset(buf, 0, n);
       size_t got = 0;
       CHECK(recvWait(p->recv, buf, n, &got, p->recvFd) == ncclxSuccess && got == n, "receive failed");
-      CHECK(verify(buf, n, 77 + (uint64_t)prefer) == n, "prefer copy %d: data differs", prefer);
+      CHECK(verify(buf, n, 77 + (uint64_t)k) == n, "case %d: data differs", k);
     }
   }
-  munmap(buf, n);
+  munmap(buf, max);
 }
 
 /* The child stops answering and is killed: the parent's pending operation must fail with
