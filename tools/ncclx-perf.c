@@ -108,8 +108,8 @@ static double perfPrintSet(const PerfCtx* c, int op, const PerfGeom* g, const do
   }
   double algbw = stats[0] > 0 ? (double)g->size / stats[0] / 1e3 : 0; /* B/us = MB/s */
   double busbw = algbw * perfBusFactor(op, c->nranks);
-  printf("  %9.2f", stats[0]);
-  if (o->percentiles) printf("  %9.2f  %9.2f", stats[1], stats[2]);
+  printf("  %9.3f", stats[0]);
+  if (o->percentiles) printf("  %9.3f  %9.3f", stats[1], stats[2]);
   printf("  %11.3f  %11.3f", algbw, busbw);
   if (o->check) printf("  %7llu", (unsigned long long)wrong);
   else printf("  %7s", "N/A");

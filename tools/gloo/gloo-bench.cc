@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
       totalWrong += wrongAll;
       double algbw = static_cast<double>(count * sizeof(float)) / time / 1e3;
       if (rank == 0) {
-        std::printf("%12zu  %12zu  %8s  %6s  %5d  %9.2f  %11.3f  %11.3f  %7s\n", count * sizeof(float),
+        std::printf("%12zu  %12zu  %8s  %6s  %5d  %9.3f  %11.3f  %11.3f  %7s\n", count * sizeof(float),
                     count, "float", "sum", -1, time, algbw, algbw * busFactor,
                     o.check ? std::to_string(wrongAll).c_str() : "N/A");
       }

@@ -390,9 +390,9 @@ static uint64_t runOp(Bench* b, int op, const char* library) {
         size_t bytes = count * unit;
         double algbw = stats[0] > 0 ? (double)bytes / stats[0] / 1e3 : 0; /* B/us = MB/s */
         double busbw = algbw * busFactor(op, b->nranks);
-        printf("%12zu  %12zu  %8s  %6s  %5d  %9.2f", bytes, bytes / ELEM_SIZE, "float",
+        printf("%12zu  %12zu  %8s  %6s  %5d  %9.3f", bytes, bytes / ELEM_SIZE, "float",
                ops[op].isReduction ? "sum" : "none", ops[op].hasRoot ? o->root : -1, stats[0]);
-        if (o->percentiles) printf("  %9.2f  %9.2f", stats[1], stats[2]);
+        if (o->percentiles) printf("  %9.3f  %9.3f", stats[1], stats[2]);
         printf("  %11.3f  %11.3f", algbw, busbw);
         if (o->check) printf("  %7llu\n", (unsigned long long)wrong);
         else printf("  %7s\n", "N/A");
