@@ -398,11 +398,8 @@ static ncclxResult_t llOpen(struct ncclxComm* comm, struct ncclxLLBoard* b) {
   return ncclxSuccess;
 }
 
-static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) {
-  if (comm->ll) {
-    *out = comm->ll;
-    return ncclxSuccess;
-  }
+__attribute__((noinline)) static ncclxResult_t llBoardCreate(struct ncclxComm* comm,
+                                                            struct ncclxLLBoard** out) {
   struct ncclxLLBoard* b = calloc(1, sizeof(*b));
   if (!b) return commFail(comm, ncclxSystemError, "LL protocol: out of memory");
   b->pidfds = malloc((size_t)comm->nranks * sizeof(int));
@@ -439,6 +436,12 @@ static ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) 
   comm->ll = b;
   *out = b;
   return ncclxSuccess;
+}
+
+/* The comm's board, created on its first LL call. */
+static inline ncclxResult_t llBoard(struct ncclxComm* comm, struct ncclxLLBoard** out) {
+  *out = comm->ll;
+  return comm->ll ? ncclxSuccess : llBoardCreate(comm, out);
 }
 
 void collLLCommFree(struct ncclxComm* comm) {
@@ -497,10 +500,12 @@ static void llWaiterInit(llWaiter* w, struct ncclxComm* comm, struct ncclxLLBoar
 /* No fence between our stores and this check (two per call would cost more than the rest
  * of a small call's bookkeeping): in the rare race where a waiter goes to sleep just as we
  * publish, it sleeps out its 1 ms futex timeout and then sees the data. */
-static void llWakeSleepers(struct ncclxLLBoard* b) {
-  if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) == 0) return;
+__attribute__((noinline)) static void llWake(struct ncclxLLBoard* b) {
   atomic_fetch_add(&b->hdr->wake, 1);
   syscall(SYS_futex, (uint32_t*)&b->hdr->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+static inline void llWakeSleepers(struct ncclxLLBoard* b) {
+  if (atomic_load_explicit(&b->hdr->sleepers, memory_order_relaxed) != 0) llWake(b);
 }
 
 /* Whether rank's process has exited (all LL ranks share this host). A pidfd turns readable
@@ -689,11 +694,10 @@ static ncclxResult_t llRead(llCall* c, int rank, size_t off, size_t len, void* d
   return ncclxSuccess;
 }
 
-/* Before writing call seq into its bank: every rank has finished call seq - banks. */
-static ncclxResult_t llWaitReusable(llCall* c, uint64_t banks) {
+/* Waits until every rank has finished call want, and remembers the least they have finished. */
+__attribute__((noinline)) static ncclxResult_t llWaitDone(llCall* c, uint64_t want) {
   struct ncclxLLBoard* b = c->b;
-  if (c->seq <= banks || b->knownDone >= c->seq - banks) return ncclxSuccess;
-  uint64_t want = c->seq - banks, least = UINT64_MAX;
+  uint64_t least = UINT64_MAX;
   for (int r = 0; r < c->comm->nranks; r++) {
     uint64_t d;
     while ((d = atomic_load_explicit(&b->ctl[r].done, memory_order_acquire)) < want)
@@ -702,6 +706,13 @@ static ncclxResult_t llWaitReusable(llCall* c, uint64_t banks) {
   }
   b->knownDone = least;
   return ncclxSuccess;
+}
+
+/* Before writing call seq into its bank: every rank has finished call seq - banks (known
+ * without a look at the others' lines while the writer is that far ahead of them). */
+static inline ncclxResult_t llWaitReusable(llCall* c, uint64_t banks) {
+  if (c->seq <= banks || c->b->knownDone >= c->seq - banks) return ncclxSuccess;
+  return llWaitDone(c, c->seq - banks);
 }
 
 /* dst = fold of op over every rank's [off, off + bytes), in rank order. */
@@ -1148,8 +1159,9 @@ static ncclxResult_t llBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
  * when ranks share CPUs. */
 ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   size_t total = a->count * collTypeSize(a->datatype);
-  if ((a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(total)) ||
-      (a->coll == NCCLX_COLL_BROADCAST && llBcastBulk(comm->nranks, total)))
+  /* At most a line's payload never goes bulk: a region has a line at least. */
+  if (total > LL_PAYLOAD && ((a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(total)) ||
+                             (a->coll == NCCLX_COLL_BROADCAST && llBcastBulk(comm->nranks, total))))
     return llBulkRun(comm, a);
   return llRound(comm, a);
 }

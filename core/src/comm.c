@@ -86,7 +86,7 @@ ncclxResult_t commPollAbort(struct ncclxComm* comm) {
   return ncclxSuccess;
 }
 
-ncclxResult_t commCheckHealthy(struct ncclxComm* comm) {
+ncclxResult_t commCheckHealthySlow(struct ncclxComm* comm) {
   ncclxResult_t err = (ncclxResult_t)atomic_load(&comm->asyncError);
   if (err == ncclxSuccess && atomic_load(&comm->abortFlag)) err = ncclxInvalidUsage;
   if (err == ncclxSuccess) return ncclxSuccess;

@@ -137,7 +137,14 @@ ncclxResult_t commArgError(struct ncclxComm* comm, ncclxResult_t res, const char
  * stream (NULL is valid); the message is prefixed with the function name fn. */
 ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn);
 /* ncclxSuccess, or the sticky error (with lastError) if the comm failed or was aborted. */
-ncclxResult_t commCheckHealthy(struct ncclxComm* comm);
+ncclxResult_t commCheckHealthySlow(struct ncclxComm* comm);
+/* ncclxSuccess, or the comm's earlier failure (or abort) again: asked twice per call, so the
+ * healthy case is two loads here. */
+static inline ncclxResult_t commCheckHealthy(struct ncclxComm* comm) {
+  if (atomic_load(&comm->asyncError) == ncclxSuccess && !atomic_load(&comm->abortFlag))
+    return ncclxSuccess;
+  return commCheckHealthySlow(comm);
+}
 /* What every bounded wait polls: the error to return if this comm was aborted or failed, or
  * if another rank's abort notice arrived on the bootstrap (recorded here), else ncclxSuccess. */
 ncclxResult_t commPollAbort(struct ncclxComm* comm);

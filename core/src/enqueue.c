@@ -64,17 +64,22 @@ static ncclxResult_t checkCount(struct ncclxComm* comm, size_t count, size_t mul
   return ncclxSuccess;
 }
 
-/* Device buffers need a CUDA build on a machine with a usable device. *hostOnly (if given)
- * says whether the buffers were found to be host memory without asking the driver. */
-static ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const void* send, const void* recv,
-                                  int* hostOnly) {
-  int driver = gpuDriverLoaded();
-  if (hostOnly) *hostOnly = !driver;
-  if (!driver) return ncclxSuccess; /* no driver, no device memory */
+static ncclxResult_t checkDeviceBuffers(struct ncclxComm* comm, const char* fn, const void* send,
+                                        const void* recv) {
   char msg[512];
   ncclxResult_t res = gpuCheckBuffer(fn, "sendbuff", send, msg, sizeof msg);
   if (res == ncclxSuccess) res = gpuCheckBuffer(fn, "recvbuff", recv, msg, sizeof msg);
   return res == ncclxSuccess ? res : commArgError(comm, res, "%s", msg);
+}
+
+/* Device buffers need a CUDA build on a machine with a usable device. *hostOnly (if given)
+ * says whether the buffers were found to be host memory without asking the driver. */
+static inline ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn, const void* send,
+                                         const void* recv, int* hostOnly) {
+  int driver = gpuDriverLoaded();
+  if (hostOnly) *hostOnly = !driver;
+  if (!driver) return ncclxSuccess; /* no driver, no device memory */
+  return checkDeviceBuffers(comm, fn, send, recv);
 }
 
 static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {

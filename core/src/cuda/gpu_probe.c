@@ -95,18 +95,33 @@ static void* pinLast(const loaderState* st) {
   return h;
 }
 
-/* Whether no object was loaded since the last lookup (which found no driver). */
-static int nothingLoadedSince(void) {
-  struct link_map* a = atomic_load_explicit(&anchor, memory_order_acquire);
-  if (a) return __atomic_load_n(&a->l_next, __ATOMIC_ACQUIRE) == NULL;
+/* Whether no object was loaded since the last lookup (which found no driver), without an
+ * anchor: the loader's count of loads. */
+__attribute__((noinline, cold)) static int nothingLoadedByCount(void) {
   unsigned long long loads = 0;
   dl_iterate_phdr(readLoads, &loads);
   return atomic_load_explicit(&checkedAtLoads, memory_order_relaxed) == loads;
 }
 
-static pointerGetAttributeFn driver(void) {
+/* Whether no object was loaded since the last lookup (which found no driver). */
+static inline int nothingLoadedSince(void) {
+  struct link_map* a = atomic_load_explicit(&anchor, memory_order_acquire);
+  if (a) return __atomic_load_n(&a->l_next, __ATOMIC_ACQUIRE) == NULL;
+  return nothingLoadedByCount();
+}
+
+static pointerGetAttributeFn driverLookup(void);
+
+/* Every collective asks (through gpuDriverLoaded): the answer from two loads, the lookup out
+ * of line. */
+static inline pointerGetAttributeFn driver(void) {
   pointerGetAttributeFn fn = atomic_load_explicit(&driverFn, memory_order_acquire);
   if (fn || nothingLoadedSince()) return fn;
+  return driverLookup();
+}
+
+__attribute__((noinline)) static pointerGetAttributeFn driverLookup(void) {
+  pointerGetAttributeFn fn;
   pthread_mutex_lock(&lookupLock);
   fn = atomic_load(&driverFn);
   if (!fn) {
