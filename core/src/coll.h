@@ -87,8 +87,13 @@ ncclxResult_t allgatherRecursiveDoubling(struct ncclxComm* comm, const ncclxColl
 ncclxResult_t allgatherBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t reducescatterRing(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t reducescatterPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
+/* One window of a linear all-to-all: block b (len bytes at src + b * srcStride) goes to rank
+ * b, and rank b's block lands at dst + b * dstStride (this rank's own block is copied). */
+ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, const char* src, size_t srcStride,
+                                   char* dst, size_t dstStride, size_t len);
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a);

@@ -171,6 +171,17 @@ ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
   return endExchange(comm, kind, alltoallRun(comm, a, viewLinear, 0, 0));
 }
 
+ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, const char* src, size_t srcStride,
+                                   char* dst, size_t dstStride, size_t len) {
+  ncclxXfer* xfers = calloc(2 * (size_t)comm->nranks, sizeof(*xfers));
+  if (!xfers) return commFail(comm, ncclxSystemError, "linear all-to-all window: out of memory");
+  a2aView v = {src, srcStride, dst, dstStride, len};
+  int kind = beginExchange(comm);
+  ncclxResult_t res = endExchange(comm, kind, viewLinear(comm, &v, xfers, NULL));
+  free(xfers);
+  return res;
+}
+
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a) {
   size_t n = (size_t)comm->nranks;
   return alltoallRun(comm, a, viewBruck, n + 2 * ((n + 1) / 2), 1);

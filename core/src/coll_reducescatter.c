@@ -1,6 +1,6 @@
-/* Reduce-scatter: ring and pairwise. sendbuff holds nranks blocks of recvcount elements;
- * rank r ends with the reduction of everyone's block r. In place means recvbuff is this
- * rank's block of sendbuff, which both algorithms read only when reducing into it.
+/* Reduce-scatter: ring, pairwise and linear. sendbuff holds nranks blocks of recvcount
+ * elements; rank r ends with the reduction of everyone's block r. In place means recvbuff is
+ * this rank's block of sendbuff, which every algorithm reads only when reducing into it.
  * Blocks are processed in pieces of chunkBytes so scratch stays bounded. */
 #include <string.h>
 
@@ -83,6 +83,37 @@ ncclxResult_t reducescatterPairwise(struct ncclxComm* comm, const ncclxCollArgs*
       NCCLX_CHECK(collSendRecv(comm, dst, send + ((size_t)dst * rc + off) * sz, bytes, src, tmp, bytes));
       ncclxReduce2(recv + off * sz, recv + off * sz, tmp, len, a->datatype, a->op);
     }
+  }
+  return finish(comm, a);
+}
+
+/* Linear: every block goes to its owner at once, as a linear all-to-all moves them (all
+ * exchanges posted together, no step waiting on the one before), and each rank then reduces
+ * the nranks contributions to its block in rank order. Window by window, nranks windows of
+ * scratch at a time. Where ranks share CPUs a pairwise or ring step moves only while both
+ * partners hold a CPU: 8 ranks on 2 CPUs, 8 KiB took 30 us by pairwise (Open MPI 25). */
+ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks;
+  size_t sz = ncclxTypeSize(a->datatype), rc = a->count;
+  if (rc == 0) return ncclxSuccess;
+  if (n == 1) {
+    copyOwnBlock(comm, a);
+    return finish(comm, a);
+  }
+  const char* send = a->sendbuff;
+  char* recv = a->recvbuff;
+  size_t win = collPieceElems(comm, sz) / (size_t)n;
+  if (win == 0) win = 1;
+  char* scratch;
+  NCCLX_CHECK(collScratch(comm, "reducescatter", (size_t)n * win * sz, &scratch));
+  for (size_t off = 0; off < rc; off += win) {
+    size_t len = rc - off < win ? rc - off : win, bytes = len * sz;
+    /* In place, our own window of recv is still only read here (copied into scratch). */
+    NCCLX_CHECK(alltoallLinearWindow(comm, send + off * sz, rc * sz, scratch, bytes, bytes));
+    char* dst = recv + off * sz;
+    ncclxReduce2(dst, scratch, scratch + bytes, len, a->datatype, a->op);
+    for (int s = 2; s < n; s++)
+      ncclxReduce2(dst, dst, scratch + (size_t)s * bytes, len, a->datatype, a->op);
   }
   return finish(comm, a);
 }

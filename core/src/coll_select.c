@@ -91,6 +91,7 @@ static collFn collLookup(ncclxCollType_t coll, int algo, int nranks) {
       switch (algo) {
         case NCCLX_ALGO_RING: return reducescatterRing;
         case NCCLX_ALGO_PAIRWISE: return reducescatterPairwise;
+        case NCCLX_ALGO_LINEAR: return reducescatterLinear;
         default: return NULL;
       }
     case NCCLX_COLL_ALLTOALL:
