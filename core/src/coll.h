@@ -79,6 +79,7 @@ ncclxResult_t allreduceRing(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allreduceRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allreduceRabenseifner(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allreduceTree(struct ncclxComm* comm, const ncclxCollArgs* a); /* reduce + bcast */
+ncclxResult_t allreduceLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t broadcastTree(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t broadcastRing(struct ncclxComm* comm, const ncclxCollArgs* a); /* pipelined chain */
 ncclxResult_t reduceTree(struct ncclxComm* comm, const ncclxCollArgs* a);

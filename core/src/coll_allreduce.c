@@ -295,3 +295,45 @@ ncclxResult_t allreduceTree(struct ncclxComm* comm, const ncclxCollArgs* a) {
   step.sendbuff = a->recvbuff;
   return broadcastTree(comm, &step);
 }
+
+/* ---------------- linear ---------------- */
+
+/* A linear reduce-scatter and a linear all-gather (reducescatterLinear's exchanges), window by
+ * window: every rank sends each block's window to its owner at once, the owner reduces the
+ * nranks contributions in rank order, then sends the result to every rank at once. Nothing
+ * waits on a step's partner, which is what counts where ranks share CPUs. The vector is cut
+ * into nranks equal blocks; the count % nranks elements left over go by recursive doubling. */
+ncclxResult_t allreduceLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  int n = comm->nranks, r = comm->rank;
+  size_t sz = ncclxTypeSize(a->datatype), q = a->count / (size_t)n, tail = a->count % (size_t)n;
+  const char* send = a->sendbuff;
+  char* recv = a->recvbuff;
+  if (a->count == 0) return ncclxSuccess;
+  if (n == 1) {
+    copyIfDistinct(recv, send, a->count * sz);
+    return ncclxSuccess;
+  }
+  if (q > 0) {
+    size_t win = collPieceElems(comm, sz) / (size_t)n;
+    if (win == 0) win = 1;
+    char* scratch;
+    NCCLX_CHECK(collScratch(comm, "allreduce", (size_t)n * win * sz, &scratch));
+    for (size_t off = 0; off < q; off += win) {
+      size_t len = q - off < win ? q - off : win, bytes = len * sz;
+      /* In place, a window of recv is written only after its exchange has sent it. */
+      NCCLX_CHECK(alltoallLinearWindow(comm, send + off * sz, q * sz, scratch, bytes, bytes));
+      char* own = recv + ((size_t)r * q + off) * sz;
+      ncclxReduce2(own, scratch, scratch + bytes, len, a->datatype, a->op);
+      for (int s = 2; s < n; s++)
+        ncclxReduce2(own, own, scratch + (size_t)s * bytes, len, a->datatype, a->op);
+      if (a->op == ncclxAvg) ncclxAvgFinish(own, len, a->datatype, n);
+      NCCLX_CHECK(alltoallLinearWindow(comm, own, 0, recv + off * sz, q * sz, bytes));
+    }
+  }
+  if (tail == 0) return ncclxSuccess;
+  ncclxCollArgs rest = *a;
+  rest.sendbuff = send + (size_t)n * q * sz;
+  rest.recvbuff = recv + (size_t)n * q * sz;
+  rest.count = tail;
+  return allreduceRecursiveDoubling(comm, &rest);
+}

@@ -69,6 +69,7 @@ static collFn collLookup(ncclxCollType_t coll, int algo, int nranks) {
         case NCCLX_ALGO_RECURSIVE_DOUBLING: return allreduceRecursiveDoubling;
         case NCCLX_ALGO_RABENSEIFNER: return allreduceRabenseifner;
         case NCCLX_ALGO_TREE: return allreduceTree;
+        case NCCLX_ALGO_LINEAR: return allreduceLinear;
         default: return NULL;
       }
     case NCCLX_COLL_BROADCAST:

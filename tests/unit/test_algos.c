@@ -35,14 +35,15 @@ static const size_t kCounts[] = {0, 1, 7, 1000, BIG_COUNT};
 
 typedef struct {
   ncclxCollType_t coll;
-  int algos[4];
+  int algos[5];
   int nalgos;
 } collAlgos;
 
 static const collAlgos kAlgos[] = {
     {NCCLX_COLL_ALLREDUCE,
-     {NCCLX_ALGO_RING, NCCLX_ALGO_RECURSIVE_DOUBLING, NCCLX_ALGO_RABENSEIFNER, NCCLX_ALGO_TREE},
-     4},
+     {NCCLX_ALGO_RING, NCCLX_ALGO_RECURSIVE_DOUBLING, NCCLX_ALGO_RABENSEIFNER, NCCLX_ALGO_TREE,
+      NCCLX_ALGO_LINEAR},
+     5},
     {NCCLX_COLL_BROADCAST, {NCCLX_ALGO_TREE, NCCLX_ALGO_RING}, 2},
     {NCCLX_COLL_REDUCE, {NCCLX_ALGO_TREE}, 1},
     {NCCLX_COLL_ALLGATHER, {NCCLX_ALGO_RING, NCCLX_ALGO_BRUCK, NCCLX_ALGO_RECURSIVE_DOUBLING}, 3},
@@ -50,7 +51,7 @@ static const collAlgos kAlgos[] = {
     {NCCLX_COLL_ALLTOALL, {NCCLX_ALGO_PAIRWISE, NCCLX_ALGO_LINEAR, NCCLX_ALGO_BRUCK}, 3},
     {NCCLX_COLL_ALLTOALLV, {NCCLX_ALGO_PAIRWISE, NCCLX_ALGO_LINEAR}, 2},
 };
-#define NROUNDS 4
+#define NROUNDS 5 /* the most algorithms a collective has: every one runs */
 
 static void buildAlgoEnv(int round, char* buf, size_t size) {
   size_t used = 0;
