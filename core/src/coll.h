@@ -6,6 +6,7 @@
 
 #include "comm.h"
 #include "ncclx/tuner.h"
+#include "xfer.h"
 
 typedef struct {
   ncclxCollType_t coll;
@@ -86,15 +87,20 @@ ncclxResult_t reduceTree(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allgatherRing(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allgatherRecursiveDoubling(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t allgatherBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
+ncclxResult_t allgatherLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t reducescatterRing(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t reducescatterPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a);
 /* One window of a linear all-to-all: block b (len bytes at src + b * srcStride) goes to rank
- * b, and rank b's block lands at dst + b * dstStride (this rank's own block is copied). */
-ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, const char* src, size_t srcStride,
-                                   char* dst, size_t dstStride, size_t len);
+ * b, and rank b's block lands at dst + b * dstStride (this rank's own block is copied).
+ * xfers: room for 2 * nranks transfers. Used by the linear reduce-scatter, all-gather and
+ * all-reduce too. */
+ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, ncclxXfer* xfers, const char* src,
+                                   size_t srcStride, char* dst, size_t dstStride, size_t len);
+/* Room for alltoallLinearWindow's transfers, or NULL after failing comm (out of memory). */
+ncclxXfer* collLinearXfers(struct ncclxComm* comm);
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a);

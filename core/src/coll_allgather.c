@@ -1,6 +1,7 @@
 /* Allgather: ring, recursive doubling (power-of-two rank counts) and Bruck (any count).
  * recvbuff holds nranks blocks of count elements; in place means sendbuff is this rank's
  * block of recvbuff. Pure byte moves: no alignment assumptions. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
@@ -97,4 +98,16 @@ ncclxResult_t allgatherBruck(struct ncclxComm* comm, const ncclxCollArgs* a) {
     reverseBytes(recv + shift, total - shift);
   }
   return ncclxSuccess;
+}
+
+/* Linear: this rank's block goes to every rank at once (a linear all-to-all window whose
+ * blocks are all the same one), so nothing waits on a step's partner. */
+ncclxResult_t allgatherLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
+  size_t blk = a->count * ncclxTypeSize(a->datatype);
+  if (blk == 0) return ncclxSuccess;
+  ncclxXfer* xfers = collLinearXfers(comm);
+  if (!xfers) return ncclxSystemError;
+  ncclxResult_t res = alltoallLinearWindow(comm, xfers, a->sendbuff, 0, a->recvbuff, blk, blk);
+  free(xfers);
+  return res;
 }

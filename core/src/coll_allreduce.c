@@ -7,6 +7,7 @@
  * value. Temporary space comes from the comm's scratch buffer in pieces of chunkBytes, so
  * memory stays bounded whatever the count. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
@@ -316,19 +317,26 @@ ncclxResult_t allreduceLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
   if (q > 0) {
     size_t win = collPieceElems(comm, sz) / (size_t)n;
     if (win == 0) win = 1;
+    if (win > q) win = q;
     char* scratch;
     NCCLX_CHECK(collScratch(comm, "allreduce", (size_t)n * win * sz, &scratch));
-    for (size_t off = 0; off < q; off += win) {
+    ncclxXfer* xfers = collLinearXfers(comm);
+    if (!xfers) return ncclxSystemError;
+    ncclxResult_t res = ncclxSuccess;
+    for (size_t off = 0; off < q && res == ncclxSuccess; off += win) {
       size_t len = q - off < win ? q - off : win, bytes = len * sz;
       /* In place, a window of recv is written only after its exchange has sent it. */
-      NCCLX_CHECK(alltoallLinearWindow(comm, send + off * sz, q * sz, scratch, bytes, bytes));
+      res = alltoallLinearWindow(comm, xfers, send + off * sz, q * sz, scratch, bytes, bytes);
+      if (res != ncclxSuccess) break;
       char* own = recv + ((size_t)r * q + off) * sz;
       ncclxReduce2(own, scratch, scratch + bytes, len, a->datatype, a->op);
       for (int s = 2; s < n; s++)
         ncclxReduce2(own, own, scratch + (size_t)s * bytes, len, a->datatype, a->op);
       if (a->op == ncclxAvg) ncclxAvgFinish(own, len, a->datatype, n);
-      NCCLX_CHECK(alltoallLinearWindow(comm, own, 0, recv + off * sz, q * sz, bytes));
+      res = alltoallLinearWindow(comm, xfers, own, 0, recv + off * sz, q * sz, bytes);
     }
+    free(xfers);
+    NCCLX_CHECK(res);
   }
   if (tail == 0) return ncclxSuccess;
   ncclxCollArgs rest = *a;

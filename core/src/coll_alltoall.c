@@ -171,15 +171,18 @@ ncclxResult_t alltoallLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
   return endExchange(comm, kind, alltoallRun(comm, a, viewLinear, 0, 0));
 }
 
-ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, const char* src, size_t srcStride,
-                                   char* dst, size_t dstStride, size_t len) {
-  ncclxXfer* xfers = calloc(2 * (size_t)comm->nranks, sizeof(*xfers));
-  if (!xfers) return commFail(comm, ncclxSystemError, "linear all-to-all window: out of memory");
+ncclxXfer* collLinearXfers(struct ncclxComm* comm) {
+  ncclxXfer* x = calloc(2 * (size_t)comm->nranks, sizeof(*x));
+  if (!x) (void)commFail(comm, ncclxSystemError, "linear exchange: out of memory for %d transfers",
+                         2 * comm->nranks);
+  return x;
+}
+
+ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, ncclxXfer* xfers, const char* src,
+                                   size_t srcStride, char* dst, size_t dstStride, size_t len) {
   a2aView v = {src, srcStride, dst, dstStride, len};
   int kind = beginExchange(comm);
-  ncclxResult_t res = endExchange(comm, kind, viewLinear(comm, &v, xfers, NULL));
-  free(xfers);
-  return res;
+  return endExchange(comm, kind, viewLinear(comm, &v, xfers, NULL));
 }
 
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a) {

@@ -2,6 +2,7 @@
  * elements; rank r ends with the reduction of everyone's block r. In place means recvbuff is
  * this rank's block of sendbuff, which every algorithm reads only when reducing into it.
  * Blocks are processed in pieces of chunkBytes so scratch stays bounded. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
@@ -104,16 +105,22 @@ ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a
   char* recv = a->recvbuff;
   size_t win = collPieceElems(comm, sz) / (size_t)n;
   if (win == 0) win = 1;
+  if (win > rc) win = rc;
   char* scratch;
   NCCLX_CHECK(collScratch(comm, "reducescatter", (size_t)n * win * sz, &scratch));
-  for (size_t off = 0; off < rc; off += win) {
+  ncclxXfer* xfers = collLinearXfers(comm);
+  if (!xfers) return ncclxSystemError;
+  ncclxResult_t res = ncclxSuccess;
+  for (size_t off = 0; off < rc && res == ncclxSuccess; off += win) {
     size_t len = rc - off < win ? rc - off : win, bytes = len * sz;
     /* In place, our own window of recv is still only read here (copied into scratch). */
-    NCCLX_CHECK(alltoallLinearWindow(comm, send + off * sz, rc * sz, scratch, bytes, bytes));
+    res = alltoallLinearWindow(comm, xfers, send + off * sz, rc * sz, scratch, bytes, bytes);
+    if (res != ncclxSuccess) break;
     char* dst = recv + off * sz;
     ncclxReduce2(dst, scratch, scratch + bytes, len, a->datatype, a->op);
     for (int s = 2; s < n; s++)
       ncclxReduce2(dst, dst, scratch + (size_t)s * bytes, len, a->datatype, a->op);
   }
-  return finish(comm, a);
+  free(xfers);
+  return res == ncclxSuccess ? finish(comm, a) : res;
 }

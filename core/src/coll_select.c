@@ -84,6 +84,7 @@ static collFn collLookup(ncclxCollType_t coll, int algo, int nranks) {
       switch (algo) {
         case NCCLX_ALGO_RING: return allgatherRing;
         case NCCLX_ALGO_BRUCK: return allgatherBruck;
+        case NCCLX_ALGO_LINEAR: return allgatherLinear;
         case NCCLX_ALGO_RECURSIVE_DOUBLING:
           return (nranks & (nranks - 1)) == 0 ? allgatherRecursiveDoubling : NULL;
         default: return NULL;

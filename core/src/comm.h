@@ -75,7 +75,8 @@ struct ncclxComm {
   double timeoutSec; /* 0 = never time out */
   size_t chunkBytes; /* pipeline chunk for large transfers */
   int xferSendKind;  /* NCCLX_SHM_SEND_* of the sends running now: EXCHANGE while a linear
-                      * all-to-all(v) runs (no send forwards received data), USER for the
+                      * exchange runs (alltoallLinearWindow, linear all-to-all(v): no send
+                      * forwards received data), USER for the
                       * application's send/recv (xfer.c tells the shm transport per send) */
   int lazyConnect;
 

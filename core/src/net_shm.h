@@ -86,7 +86,8 @@ void ncclxShmSharedCpus(void* sendComm, int shared);
 /* The core's word for the next message it posts on sendComm (consumed by that isend):
  *   NCCLX_SHM_SEND_COLL      a collective's step (the default);
  *   NCCLX_SHM_SEND_EXCHANGE  part of an exchange where every send and receive stands posted
- *                            at once and nothing received is forwarded (a linear all-to-all),
+ *                            at once and nothing received is forwarded (a linear all-to-all,
+ *                            or the linear reduce-scatter, all-gather and all-reduce),
  *                            so a mapped send's wait for the receiver's copy chains nothing:
  *                            it goes mapped from 8 KiB even where ranks share CPUs (4 ranks on
  *                            2 CPUs, all-to-all 1 MiB: 82 us against 190 through the ring;

@@ -183,6 +183,9 @@ static void modelTableCompute(const struct ncclxComm* comm, ncclxCollType_t coll
   double n = comm->nranks, best = -1;
   for (int i = 0; i < *nvalid; i++)
     if (best < 0 || table[valid[i]] < best) best = table[valid[i]];
+  /* An all-gather's copies are counted against the ring's, whatever is cheapest. */
+  int ring = NCCLX_ALGO_RING * NCCLX_NUM_PROTOS + NCCLX_PROTO_SIMPLE;
+  if (coll == NCCLX_COLL_ALLGATHER && table[ring] != NCCLX_TUNER_IGNORE) best = table[ring];
   if (best < 0) return;
   double ratio;
   if (coll == NCCLX_COLL_ALLGATHER) {

@@ -203,6 +203,8 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
   double pipeline = ceil(S / chunk) * a * 0.25;
   double sharedLines =
       p == 2 && tp == NCCLX_TP_SHM && !sharedCpus && S <= TUNE_SHARED_LINES_MAX_BYTES ? S * g : 0;
+  /* The linear algorithms' bytes where ranks share CPUs on one host (measured there only). */
+  int shmShared = tp == NCCLX_TP_SHM && sharedCpus;
   if (p == 1) return algo == NCCLX_ALGO_RING || coll == NCCLX_COLL_BARRIER ? 0.0 : 1.0;
   /* Hierarchical: collHierModelCost (coll_hier.c), called by tune.c with both links. */
   if (algo == NCCLX_ALGO_HIERARCHICAL) return -1.0;
@@ -219,9 +221,10 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
        * every result at once), its bytes priced like linear reduce-scatter's (below). Where
        * ranks share CPUs it overtakes Rabenseifner at about 100 KiB at 4 ranks and 48 KiB at
        * 8, which a fixed 10 alpha fits. 8 ranks on 2 CPUs: 128 KiB 81 us against 125, 2 MiB
-       * 1573 against 2408; 4 ranks: 256 KiB 54 against 95, 8 MiB 2712 against 4429. */
+       * 1573 against 2408; 4 ranks: 256 KiB 54 against 95, 8 MiB 2712 against 4429. Beyond 11
+       * ranks (not measured) an alpha per peer. */
       if (algo == NCCLX_ALGO_LINEAR)
-        return 10 * a + (2 * frac * S * b + frac * S * g) * (sharedCpus ? 0.6 : 1.5);
+        return (p - 1 > 10 ? p - 1 : 10) * a + (2 * frac * S * b + frac * S * g) * (shmShared ? 0.6 : 1.5);
       break;
     case NCCLX_COLL_BROADCAST:
       if (algo == NCCLX_ALGO_TREE) return L * (a + S * b);
@@ -234,6 +237,14 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
       if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * b;
       if (algo == NCCLX_ALGO_RECURSIVE_DOUBLING) return L * a + frac * S * b;
       if (algo == NCCLX_ALGO_BRUCK) return L * a + frac * S * b + 0.3 * S * b;
+      /* Linear sends this rank's block to every rank at once, like a linear all-to-all; where
+       * ranks share CPUs a receiver copies it once from a mapped buffer, with nothing waiting
+       * on a ring step's partner: 4 ranks on 2 CPUs, 64 KiB-16 MiB, 0.5-0.8x the board's bulk
+       * rounds, 8 ranks from 256 KiB 0.78-0.89x (16 MiB: 2508 against 3124 us, 7057 against
+       * 8470). The bulk rounds win below: 8 ranks, 64 KiB 12.8 against 20.7, 128 KiB 22.9
+       * against 25.4; 4 ranks even at 32 KiB (5.5). */
+      if (algo == NCCLX_ALGO_LINEAR)
+        return (p == 2 ? 1.0 : 0.75) * (p - 1) * a + frac * S * b * (shmShared ? 0.5 : 1.1);
       break;
     case NCCLX_COLL_REDUCESCATTER:
       if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * (b + g);
@@ -243,7 +254,7 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
        * 8 ranks on 2 CPUs, 8 KiB-8 MiB, 0.54-0.84x ring's time, 4 ranks 0.53-0.70x; with a
        * CPU per rank the staging costs more than the steps (2 ranks: 1.4-1.6x ring's). */
       if (algo == NCCLX_ALGO_LINEAR)
-        return (p == 2 ? 1.0 : 0.5) * (p - 1) * a + frac * S * (b + g) * (sharedCpus ? 0.6 : 1.5);
+        return (p == 2 ? 1.0 : 0.5) * (p - 1) * a + frac * S * (b + g) * (shmShared ? 0.6 : 1.5);
       break;
     case NCCLX_COLL_ALLTOALL:
     case NCCLX_COLL_ALLTOALLV:

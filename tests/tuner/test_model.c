@@ -396,8 +396,9 @@ static void testLLBroadcastRounds(void) {
 
 /* All-gathers whose blocks outgrow a line region (4096 bytes by default) go through the
  * board's bulk regions (128 KiB per rank at 8 ranks) in rounds, at any size; chosen when
- * ranks share CPUs (n copies of every byte against the ring's 2 (n - 1)), left to the simple
- * protocol with a CPU per rank. */
+ * ranks share CPUs (n copies of every byte against the ring's 2 (n - 1)) up to 128 KiB at 8
+ * ranks, where the linear all-gather (one copy from a mapped buffer) takes over; left to the
+ * simple protocol with a CPU per rank. */
 static void testLLAllgatherBulk(void) {
   struct ncclxPeerInfo* info = shmPeers();
   struct ncclxComm shared, own, twoHosts;
@@ -420,7 +421,14 @@ static void testLLAllgatherBulk(void) {
   a.coll = NCCLX_COLL_ALLGATHER, a.datatype = ncclxFloat32;
   for (size_t count = 2048; count <= ((size_t)1 << 20); count *= 4) { /* 64 KiB .. 32 MiB */
     a.count = count;
-    checkLLThenSimple(&shared, &own, &a);
+    if (count * 4 * 8 <= ((size_t)128 << 10)) {
+      checkLLThenSimple(&shared, &own, &a);
+      continue;
+    }
+    tuneSelect(&shared, &a);
+    CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_SIMPLE);
+    tuneSelect(&own, &a);
+    CHECK(a.proto == NCCLX_PROTO_SIMPLE && a.algo != NCCLX_ALGO_LINEAR);
   }
 }
 
@@ -438,7 +446,10 @@ static void testSharedCpusFromComm(void) {
   ncclxCollArgs a;
   memset(&a, 0, sizeof a);
   a.coll = NCCLX_COLL_ALLGATHER, a.count = 1 << 16, a.datatype = ncclxFloat32; /* 256 KiB per rank */
-  checkLLThenSimple(&few, &many, &a);
+  tuneSelect(&few, &a); /* sharing CPUs: the linear all-gather */
+  CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_SIMPLE);
+  tuneSelect(&many, &a);
+  CHECK(a.algo != NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_SIMPLE);
   /* All-to-all: linear's exchanges all stand open, so it wins when ranks share CPUs; with a
    * CPU each, pairwise's bytes are cheaper (tuneModelCost). */
   for (size_t count = 1 << 16; count <= (1 << 20); count *= 4) {

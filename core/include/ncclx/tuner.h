@@ -53,7 +53,8 @@ typedef enum {
   NCCLX_ALGO_TREE = 3,               /* binomial tree: broadcast, reduce, allreduce */
   NCCLX_ALGO_BRUCK = 4,              /* allgather, alltoall */
   NCCLX_ALGO_PAIRWISE = 5,           /* alltoall(v), reducescatter */
-  NCCLX_ALGO_LINEAR = 6,             /* everything posted at once (small ranks counts) */
+  NCCLX_ALGO_LINEAR = 6,             /* everything posted at once: alltoall(v), allgather,
+                                        reducescatter, allreduce (and the LL protocol) */
   NCCLX_ALGO_HIERARCHICAL = 7,       /* intra-host then inter-host */
   NCCLX_NUM_ALGOS = 16               /* table width; unused indices stay IGNORE */
 } ncclxAlgo_t;
