@@ -242,9 +242,14 @@ double tuneModelCost(const TuneModel* m, int tp, ncclxCollType_t coll, int algo,
        * on a ring step's partner: 4 ranks on 2 CPUs, 64 KiB-16 MiB, 0.5-0.8x the board's bulk
        * rounds, 8 ranks from 256 KiB 0.78-0.89x (16 MiB: 2508 against 3124 us, 7057 against
        * 8470). The bulk rounds win below: 8 ranks, 64 KiB 12.8 against 20.7, 128 KiB 22.9
-       * against 25.4; 4 ranks even at 32 KiB (5.5). */
+       * against 25.4; 4 ranks even at 32 KiB (5.5). From ordinary buffers every message is a
+       * process_vm_readv call, p (p - 1) of them per call on the host's CPUs: at 8 ranks the
+       * bulk rounds win at every size (256 KiB: 52.7 against 96.6, Open MPI 88.3; 4 MiB 1212
+       * against 1442), so the shared-CPU price applies up to 4 ranks only (4 ranks, ordinary
+       * buffers: 512 KiB 60 against 65, 2 MiB 385 against 350, Open MPI 451). */
       if (algo == NCCLX_ALGO_LINEAR)
-        return (p == 2 ? 1.0 : 0.75) * (p - 1) * a + frac * S * b * (shmShared ? 0.5 : 1.1);
+        return (p == 2 ? 1.0 : 0.75) * (p - 1) * a +
+               frac * S * b * (shmShared && p <= 4 ? 0.5 : 1.1);
       break;
     case NCCLX_COLL_REDUCESCATTER:
       if (algo == NCCLX_ALGO_RING) return (p - 1) * a + frac * S * (b + g);

@@ -396,9 +396,9 @@ static void testLLBroadcastRounds(void) {
 
 /* All-gathers whose blocks outgrow a line region (4096 bytes by default) go through the
  * board's bulk regions (128 KiB per rank at 8 ranks) in rounds, at any size; chosen when
- * ranks share CPUs (n copies of every byte against the ring's 2 (n - 1)) up to 128 KiB at 8
- * ranks, where the linear all-gather (one copy from a mapped buffer) takes over; left to the
- * simple protocol with a CPU per rank. */
+ * ranks share CPUs (n copies of every byte against the ring's 2 (n - 1)); the linear
+ * all-gather takes over only up to 4 ranks (tune_model.c); left to the simple protocol with a
+ * CPU per rank. */
 static void testLLAllgatherBulk(void) {
   struct ncclxPeerInfo* info = shmPeers();
   struct ncclxComm shared, own, twoHosts;
@@ -421,14 +421,7 @@ static void testLLAllgatherBulk(void) {
   a.coll = NCCLX_COLL_ALLGATHER, a.datatype = ncclxFloat32;
   for (size_t count = 2048; count <= ((size_t)1 << 20); count *= 4) { /* 64 KiB .. 32 MiB */
     a.count = count;
-    if (count * 4 * 8 <= ((size_t)128 << 10)) {
-      checkLLThenSimple(&shared, &own, &a);
-      continue;
-    }
-    tuneSelect(&shared, &a);
-    CHECK(a.algo == NCCLX_ALGO_LINEAR && a.proto == NCCLX_PROTO_SIMPLE);
-    tuneSelect(&own, &a);
-    CHECK(a.proto == NCCLX_PROTO_SIMPLE && a.algo != NCCLX_ALGO_LINEAR);
+    checkLLThenSimple(&shared, &own, &a);
   }
 }
 
