@@ -101,6 +101,13 @@ ncclxResult_t alltoallLinearWindow(struct ncclxComm* comm, ncclxXfer* xfers, con
                                    size_t srcStride, char* dst, size_t dstStride, size_t len);
 /* Room for alltoallLinearWindow's transfers, or NULL after failing comm (out of memory). */
 ncclxXfer* collLinearXfers(struct ncclxComm* comm);
+/* Elements per block of one window of a linear exchange: nranks windows fit a pipeline
+ * piece, and none is larger than the block (count elements). At least 1. */
+size_t collLinearWindowElems(const struct ncclxComm* comm, size_t typeSize, size_t count);
+/* dst = blocks[0] op blocks[1] op ... op blocks[n - 1] (n >= 2), in rank order so that the
+ * same inputs give the same bits anywhere; the blocks lie `stride` bytes apart. */
+void collReduceRankOrder(void* dst, const char* blocks, int n, size_t stride, size_t count,
+                         ncclxDataType_t type, ncclxRedOp_t op);
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a);

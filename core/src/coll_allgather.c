@@ -1,6 +1,6 @@
-/* Allgather: ring, recursive doubling (power-of-two rank counts) and Bruck (any count).
- * recvbuff holds nranks blocks of count elements; in place means sendbuff is this rank's
- * block of recvbuff. Pure byte moves: no alignment assumptions. */
+/* Allgather: ring, recursive doubling (power-of-two rank counts), Bruck (any count) and
+ * linear. recvbuff holds nranks blocks of count elements; in place means sendbuff is this
+ * rank's block of recvbuff. Pure byte moves: no alignment assumptions. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -315,9 +315,7 @@ ncclxResult_t allreduceLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
     return ncclxSuccess;
   }
   if (q > 0) {
-    size_t win = collPieceElems(comm, sz) / (size_t)n;
-    if (win == 0) win = 1;
-    if (win > q) win = q;
+    size_t win = collLinearWindowElems(comm, sz, q);
     char* scratch;
     NCCLX_CHECK(collScratch(comm, "allreduce", (size_t)n * win * sz, &scratch));
     ncclxXfer* xfers = collLinearXfers(comm);
@@ -329,9 +327,7 @@ ncclxResult_t allreduceLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
       res = alltoallLinearWindow(comm, xfers, send + off * sz, q * sz, scratch, bytes, bytes);
       if (res != ncclxSuccess) break;
       char* own = recv + ((size_t)r * q + off) * sz;
-      ncclxReduce2(own, scratch, scratch + bytes, len, a->datatype, a->op);
-      for (int s = 2; s < n; s++)
-        ncclxReduce2(own, own, scratch + (size_t)s * bytes, len, a->datatype, a->op);
+      collReduceRankOrder(own, scratch, n, bytes, len, a->datatype, a->op);
       if (a->op == ncclxAvg) ncclxAvgFinish(own, len, a->datatype, n);
       res = alltoallLinearWindow(comm, xfers, own, 0, recv + off * sz, q * sz, bytes);
     }

@@ -103,9 +103,7 @@ ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a
   }
   const char* send = a->sendbuff;
   char* recv = a->recvbuff;
-  size_t win = collPieceElems(comm, sz) / (size_t)n;
-  if (win == 0) win = 1;
-  if (win > rc) win = rc;
+  size_t win = collLinearWindowElems(comm, sz, rc);
   char* scratch;
   NCCLX_CHECK(collScratch(comm, "reducescatter", (size_t)n * win * sz, &scratch));
   ncclxXfer* xfers = collLinearXfers(comm);
@@ -116,10 +114,7 @@ ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a
     /* In place, our own window of recv is still only read here (copied into scratch). */
     res = alltoallLinearWindow(comm, xfers, send + off * sz, rc * sz, scratch, bytes, bytes);
     if (res != ncclxSuccess) break;
-    char* dst = recv + off * sz;
-    ncclxReduce2(dst, scratch, scratch + bytes, len, a->datatype, a->op);
-    for (int s = 2; s < n; s++)
-      ncclxReduce2(dst, dst, scratch + (size_t)s * bytes, len, a->datatype, a->op);
+    collReduceRankOrder(recv + off * sz, scratch, n, bytes, len, a->datatype, a->op);
   }
   free(xfers);
   return res == ncclxSuccess ? finish(comm, a) : res;

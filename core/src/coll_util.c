@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "coll.h"
+#include "reduce.h"
 #include "xfer.h"
 
 ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf, size_t sendBytes,
@@ -35,4 +36,16 @@ ncclxResult_t collScratch(struct ncclxComm* comm, const char* what, size_t bytes
   *out = commScratch(comm, bytes ? bytes : 1);
   if (*out) return ncclxSuccess;
   return commFail(comm, ncclxSystemError, "%s: cannot allocate %zu bytes of scratch", what, bytes);
+}
+
+size_t collLinearWindowElems(const struct ncclxComm* comm, size_t typeSize, size_t count) {
+  size_t win = collPieceElems(comm, typeSize) / (size_t)comm->nranks;
+  if (win > count) win = count;
+  return win ? win : 1;
+}
+
+void collReduceRankOrder(void* dst, const char* blocks, int n, size_t stride, size_t count,
+                         ncclxDataType_t type, ncclxRedOp_t op) {
+  ncclxReduce2(dst, blocks, blocks + stride, count, type, op);
+  for (int s = 2; s < n; s++) ncclxReduce2(dst, dst, blocks + (size_t)s * stride, count, type, op);
 }

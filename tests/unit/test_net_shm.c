@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "net_shm.h"
+#include "shm_internal.h" /* SHM_ARM_IDLE */
 
 static const ncclxNet_t* N = &ncclxNetShm;
 static int failures;
@@ -615,8 +616,12 @@ static void scenarioDoorbell(Peer* p, int isParent, const char* mode) {
   REQUIRE(N->irecv(p->recv, 1, &data, &n, (int[]){0}, NULL, NULL, &req) == ncclxSuccess && req,
           "irecv failed");
   int done = 0;
-  double until = nowSec() + 0.002; /* idle long enough for the transport to arm its doorbell */
-  while (nowSec() < until && !done) N->test(req, &done, NULL);
+  /* Idle long enough for the transport to arm its doorbell: SHM_ARM_IDLE idle test() calls and
+   * SHM_ARM_NS both. On a loaded machine 2 ms alone was sometimes too few calls (the suite
+   * at -j2 failed this once: the receiver then slept out poll's 5 s). */
+  double until = nowSec() + 0.002;
+  for (int polls = 0; (polls < 4 * SHM_ARM_IDLE || nowSec() < until) && !done; polls++)
+    N->test(req, &done, NULL);
   REQUIRE(!done, "message arrived before it was sent");
   sync2(p);
   double t0 = nowSec();
