@@ -104,10 +104,12 @@ ncclxXfer* collLinearXfers(struct ncclxComm* comm);
 /* Elements per block of one window of a linear exchange: nranks windows fit a pipeline
  * piece, and none is larger than the block (count elements). At least 1. */
 size_t collLinearWindowElems(const struct ncclxComm* comm, size_t typeSize, size_t count);
-/* dst = blocks[0] op blocks[1] op ... op blocks[n - 1] (n >= 2), in rank order so that the
- * same inputs give the same bits anywhere; the blocks lie `stride` bytes apart. */
-void collReduceRankOrder(void* dst, const char* blocks, int n, size_t stride, size_t count,
-                         ncclxDataType_t type, ncclxRedOp_t op);
+/* One window of a linear reduce-scatter: block b's window (len elements at src + b * stride
+ * bytes) goes to rank b, and dst = the nranks contributions to this rank's window, reduced
+ * in rank order (the same bits on every host), staged in scratch (nranks windows). */
+ncclxResult_t collLinearReduceWindow(struct ncclxComm* comm, ncclxXfer* xfers, const char* src,
+                                     size_t stride, char* scratch, char* dst, size_t len,
+                                     const ncclxCollArgs* a);
 ncclxResult_t alltoallBruck(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvPairwise(struct ncclxComm* comm, const ncclxCollArgs* a);
 ncclxResult_t alltoallvLinear(struct ncclxComm* comm, const ncclxCollArgs* a);

@@ -321,15 +321,14 @@ ncclxResult_t allreduceLinear(struct ncclxComm* comm, const ncclxCollArgs* a) {
     ncclxXfer* xfers = collLinearXfers(comm);
     if (!xfers) return ncclxSystemError;
     ncclxResult_t res = ncclxSuccess;
+    /* In place, a window of recv is written only after its exchange has sent it. */
     for (size_t off = 0; off < q && res == ncclxSuccess; off += win) {
-      size_t len = q - off < win ? q - off : win, bytes = len * sz;
-      /* In place, a window of recv is written only after its exchange has sent it. */
-      res = alltoallLinearWindow(comm, xfers, send + off * sz, q * sz, scratch, bytes, bytes);
-      if (res != ncclxSuccess) break;
+      size_t len = q - off < win ? q - off : win;
       char* own = recv + ((size_t)r * q + off) * sz;
-      collReduceRankOrder(own, scratch, n, bytes, len, a->datatype, a->op);
+      res = collLinearReduceWindow(comm, xfers, send + off * sz, q * sz, scratch, own, len, a);
+      if (res != ncclxSuccess) break;
       if (a->op == ncclxAvg) ncclxAvgFinish(own, len, a->datatype, n);
-      res = alltoallLinearWindow(comm, xfers, own, 0, recv + off * sz, q * sz, bytes);
+      res = alltoallLinearWindow(comm, xfers, own, 0, recv + off * sz, q * sz, len * sz);
     }
     free(xfers);
     NCCLX_CHECK(res);

@@ -109,12 +109,11 @@ ncclxResult_t reducescatterLinear(struct ncclxComm* comm, const ncclxCollArgs* a
   ncclxXfer* xfers = collLinearXfers(comm);
   if (!xfers) return ncclxSystemError;
   ncclxResult_t res = ncclxSuccess;
+  /* In place, our own window of recv is only read (copied into scratch) before it is written. */
   for (size_t off = 0; off < rc && res == ncclxSuccess; off += win) {
-    size_t len = rc - off < win ? rc - off : win, bytes = len * sz;
-    /* In place, our own window of recv is still only read here (copied into scratch). */
-    res = alltoallLinearWindow(comm, xfers, send + off * sz, rc * sz, scratch, bytes, bytes);
-    if (res != ncclxSuccess) break;
-    collReduceRankOrder(recv + off * sz, scratch, n, bytes, len, a->datatype, a->op);
+    size_t len = rc - off < win ? rc - off : win;
+    res = collLinearReduceWindow(comm, xfers, send + off * sz, rc * sz, scratch, recv + off * sz,
+                                 len, a);
   }
   free(xfers);
   return res == ncclxSuccess ? finish(comm, a) : res;

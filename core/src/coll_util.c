@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "coll.h"
+#include "debug.h"
 #include "reduce.h"
 #include "xfer.h"
 
@@ -44,8 +45,13 @@ size_t collLinearWindowElems(const struct ncclxComm* comm, size_t typeSize, size
   return win ? win : 1;
 }
 
-void collReduceRankOrder(void* dst, const char* blocks, int n, size_t stride, size_t count,
-                         ncclxDataType_t type, ncclxRedOp_t op) {
-  ncclxReduce2(dst, blocks, blocks + stride, count, type, op);
-  for (int s = 2; s < n; s++) ncclxReduce2(dst, dst, blocks + (size_t)s * stride, count, type, op);
+ncclxResult_t collLinearReduceWindow(struct ncclxComm* comm, ncclxXfer* xfers, const char* src,
+                                     size_t stride, char* scratch, char* dst, size_t len,
+                                     const ncclxCollArgs* a) {
+  size_t bytes = len * ncclxTypeSize(a->datatype);
+  NCCLX_CHECK(alltoallLinearWindow(comm, xfers, src, stride, scratch, bytes, bytes));
+  ncclxReduce2(dst, scratch, scratch + bytes, len, a->datatype, a->op);
+  for (int s = 2; s < comm->nranks; s++)
+    ncclxReduce2(dst, dst, scratch + (size_t)s * bytes, len, a->datatype, a->op);
+  return ncclxSuccess;
 }
