@@ -25,9 +25,15 @@ API const char* ncclxGetErrorString(ncclxResult_t result) {
   }
 }
 
+/* The newer of the communicator's last failure and this thread's last error: a call that
+ * failed before touching the communicator (a bad argument of a split, say) records only the
+ * thread's, and the caller asks the communicator. */
 API const char* ncclxGetLastError(ncclxComm_t comm) {
-  if (comm && comm->magic == NCCLX_COMM_MAGIC && comm->lastError[0]) return comm->lastError;
-  return ncclxThreadLastError();
+  if (!comm || comm->magic != NCCLX_COMM_MAGIC || !comm->lastError[0]) return ncclxThreadLastError();
+  pthread_mutex_lock(&comm->errLock);
+  int commNewer = comm->lastErrorStamp >= ncclxThreadErrorStamp();
+  pthread_mutex_unlock(&comm->errLock);
+  return commNewer ? comm->lastError : ncclxThreadLastError();
 }
 
 API size_t ncclxTypeSize(ncclxDataType_t t) { return collTypeSize(t); }

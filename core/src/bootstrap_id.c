@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,48 @@
 #include "bootstrap_internal.h"
 #include "debug.h"
 
-static uint64_t fnv1a64(const char* s) {
-  uint64_t h = 0xcbf29ce484222325ull;
+static uint64_t fnv1a64(uint64_t h, const char* s) {
   for (; *s; s++) {
     h ^= (unsigned char)*s;
     h *= 0x100000001b3ull;
   }
   return h;
+}
+#define FNV_OFFSET 0xcbf29ce484222325ull
+
+/* Where a job's identity comes from: set by the user, or by the launcher for every rank of
+ * one job alike (and differently for two jobs). A job's id from "host:port" mixes in every
+ * one present, so two jobs on one address get different secrets, and a process that lacks
+ * NCCLX_JOB_SECRET cannot compute the secret of a job that has it. */
+static const char* const jobIdentityVars[] = {
+    "NCCLX_JOB_SECRET",   /* the user's secret: the only one a stranger cannot read elsewhere */
+    "NCCLX_JOB_ID",       /* the user's name for the job */
+    "SLURM_JOB_ID",       "SLURM_STEP_ID", /* srun */
+    "PMIX_NAMESPACE",     /* PMIx launchers (Open MPI 4+'s mpirun, prterun) */
+    "OMPI_MCA_ess_base_jobid", /* Open MPI without PMIx */
+    "TORCHELASTIC_RUN_ID", /* torchrun */
+};
+
+/* Mix the identity into h; *sources: how many variables were present. */
+static uint64_t mixJobIdentity(uint64_t h, int* sources) {
+  *sources = 0;
+  for (size_t i = 0; i < sizeof(jobIdentityVars) / sizeof(jobIdentityVars[0]); i++) {
+    const char* v = getenv(jobIdentityVars[i]);
+    if (!v || !v[0]) continue;
+    h = fnv1a64(fnv1a64(fnv1a64(h, "\n"), jobIdentityVars[i]), v);
+    (*sources)++;
+  }
+  return h;
+}
+
+static void warnAnonymous(const char* hostport) {
+  static atomic_int warned;
+  if (atomic_exchange(&warned, 1)) return;
+  WARN("bootstrap: NCCLX_COMM_ID=%s with no job identity: any process that reaches this address can join "
+       "the job or abort it, and two jobs started on it together are refused (not mixed) only when their "
+       "ranks meet at the root within %.1f s. Set NCCLX_JOB_SECRET (the same value on every rank) or "
+       "NCCLX_JOB_ID, or launch with mpirun, srun or torchrun (docs/api.md, \"Job identity\")",
+       hostport, ANON_GRACE_SEC);
 }
 
 static uint64_t randomSecret(void) {
@@ -48,10 +84,11 @@ int bsLoadId(const ncclxUniqueId* id, struct idLayout* l) {
   return l->magic == ID_MAGIC && (l->root.family == AF_INET || l->root.family == AF_INET6) ? 0 : -1;
 }
 
-static void storeId(ncclxUniqueId* id, uint64_t secret, const struct wireAddr* root) {
+static void storeId(ncclxUniqueId* id, uint64_t secret, const struct wireAddr* root, uint32_t flags) {
   struct idLayout l;
   memset(&l, 0, sizeof(l));
   l.magic = ID_MAGIC;
+  l.flags = flags;
   l.secret = secret;
   l.root = *root;
   memset(id, 0, sizeof(*id));
@@ -112,7 +149,7 @@ ncclxResult_t bootstrapGetUniqueId(ncclxUniqueId* id) {
   k->next = keptListeners;
   keptListeners = k;
   pthread_mutex_unlock(&keptLock);
-  storeId(id, k->secret, &bound);
+  storeId(id, k->secret, &bound, 0);
   INFO(NCCLX_LOG_BOOTSTRAP, "bootstrap: new unique id, root address %s", bsAddrString(&bound, name, sizeof(name)));
   return ncclxSuccess;
 }
@@ -178,7 +215,10 @@ ncclxResult_t bootstrapIdFromString(const char* hostport, ncclxUniqueId* id) {
     return ncclxSetError(ncclxInvalidArgument, "bootstrap: host \"%s\" of \"%s\" has no IPv4 or IPv6 address",
                          host, hostport);
   root.port = htons((uint16_t)port);
-  storeId(id, fnv1a64(hostport), &root);
+  int sources = 0;
+  uint64_t secret = mixJobIdentity(fnv1a64(FNV_OFFSET, hostport), &sources);
+  if (!sources) warnAnonymous(hostport);
+  storeId(id, secret ? secret : 1, &root, sources ? 0 : ID_FLAG_ANONYMOUS);
   return ncclxSuccess;
 }
 

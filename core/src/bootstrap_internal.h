@@ -53,9 +53,14 @@ struct wireAddr {
   uint8_t ip[16];   /* first 4 bytes for IPv4 */
 };
 
+/* idLayout.flags: an id made from "host:port" with no job identity (bootstrap_id.c): any
+ * process reaching the address computes its secret, so the root admits with care. */
+#define ID_FLAG_ANONYMOUS 1u
+#define ANON_GRACE_SEC 0.3 /* anonymous ids: the root waits this long for duplicates */
+
 struct idLayout {
   uint32_t magic;
-  uint32_t reserved;
+  uint32_t flags; /* ID_FLAG_* */
   uint64_t secret;
   struct wireAddr root;
 };
@@ -156,6 +161,8 @@ struct bootstrapRoot {
   struct abortNote* aborts;
 
   struct bootstrapStats stats; /* under lock (rendezvous fields: written before it is shared) */
+  /* Rendezvous at an anonymous id: why two jobs seem to share the address ("" if not). */
+  char conflict[320];
 };
 
 struct bootstrap {

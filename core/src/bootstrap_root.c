@@ -91,6 +91,7 @@ static ncclxResult_t recvPartners(struct bootstrapRoot* r, int fd, uint32_t coun
 /* Who this rank meets at the rendezvous. */
 struct rdvPlan {
   int nIds, group;            /* ids in the job, and the one this rank says hello at */
+  int anonymous;              /* a single id with no job identity (ID_FLAG_ANONYMOUS) */
   int first, end;             /* the group's ranks [first, end); first is its root */
   int nRootPeers;             /* ceil(log2 nIds): root hellos sent and received by a root */
   const struct idLayout* ids; /* nIds ids, the same list on every rank */
@@ -192,8 +193,27 @@ static int acceptHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct 
   char why[256];
   ncclxResult_t status = ncclxInvalidUsage;
   if (m->secret != r->secret) {
-    WARN("bootstrap: root refused connection from %s: wrong job secret (a rank of another job, or a stale unique id)",
+    WARN("bootstrap: root refused connection from %s: wrong job secret (a rank of another job, a stale unique id, "
+         "or ranks that disagree on NCCLX_JOB_SECRET or the launcher's job identity); it gets no rank",
          helloName(h));
+    /* Its own secret on the reply, so it reads the reason; ours stays ours. */
+    sendTableError(h->fd, m->secret, ncclxInvalidUsage,
+                   "this root belongs to another job (the job secrets differ: another job on the same "
+                   "address, or ranks that disagree on NCCLX_JOB_SECRET or the launcher's job identity)");
+    return 0;
+  }
+  /* An anonymous id's secret is the address's: a second rank 0, or a rank joining twice,
+   * means two jobs meet here. Admitting either would mix them: fail the rendezvous. */
+  if (p->anonymous && !r->conflict[0] && (m->rank == p->first || (m->rank > p->first && m->rank < p->end &&
+                                                                   fds[m->rank] >= 0))) {
+    snprintf(r->conflict, sizeof(r->conflict),
+             "%s from %s: another job seems to be using the same NCCLX_COMM_ID address; no rank of "
+             "either is admitted (give each job NCCLX_JOB_SECRET or NCCLX_JOB_ID)",
+             m->rank == p->first ? "a second rank 0 announced itself" : "a rank joined twice", helloName(h));
+    char why[400];
+    snprintf(why, sizeof(why), "rank %d is a duplicate: %s", m->rank, r->conflict);
+    WARN("bootstrap: root refused a rank: %s", why);
+    sendTableError(h->fd, r->secret, ncclxInvalidUsage, why);
     return 0;
   }
   if (m->nranks != r->nranks)
@@ -409,6 +429,30 @@ static ncclxResult_t exchangeAmongRoots(struct bootstrap* b, const struct rdvPla
   return res;
 }
 
+/* Rank 0 of an anonymous id whose address is taken: most likely the root of another job
+ * started on the same NCCLX_COMM_ID. Tell that root (a hello as rank 0), so it admits
+ * neither job's ranks, and fail. */
+static ncclxResult_t announceSecondRoot(struct bootstrapRoot* r, const struct rdvPlan* p, const char* rootName) {
+  int err = 0;
+  int fd = bsConnectWithin(&p->ids[0].root, bsNow() + 1.0, 0, NULL, &err);
+  if (fd >= 0) {
+    struct helloMsg m;
+    memset(&m, 0, sizeof(m));
+    m.magic = HELLO_MAGIC;
+    m.rank = 0;
+    m.secret = r->secret;
+    m.nranks = r->nranks;
+    m.listenAddr = r->addrs[r->rank];
+    (void)bsSendAll(fd, &m, sizeof(m), bsNow() + 1.0);
+    close(fd);
+  }
+  return ncclxSetError(ncclxInvalidUsage,
+                       "bootstrap: rank 0 cannot listen on the root address %s: another process holds it "
+                       "(another job using the same NCCLX_COMM_ID?%s); give each job NCCLX_JOB_SECRET or "
+                       "NCCLX_JOB_ID, or another address",
+                       rootName, fd >= 0 ? " it was told, so it admits no rank of either job" : "");
+}
+
 /* The root of a group (rank 0 with a single id): collect the group's listener addresses on
  * the id's address, exchange with the other roots, then send each member the addresses of
  * its all-gather partners. */
@@ -424,6 +468,12 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
     return ncclxSuccess;
   }
   if (lfd < 0) lfd = bsOpenListener(&id->root, 1, NULL);
+  if (lfd < 0 && errno == EADDRINUSE && p->anonymous) return announceSecondRoot(r, p, rootName);
+  if (lfd < 0 && errno == EADDRINUSE)
+    return ncclxSetError(ncclxSystemError,
+                         "bootstrap: rank %d cannot listen on the root address %s of unique id %d: another process "
+                         "holds it (another job on the same NCCLX_COMM_ID, or a process left from an earlier run)",
+                         r->rank, rootName, p->group);
   if (lfd < 0)
     return ncclxSetError(ncclxSystemError,
                          "bootstrap: rank %d cannot listen on the root address %s of unique id %d: %s (the root "
@@ -448,8 +498,12 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
   for (int i = 0; i < r->nranks; i++) fds[i] = -1;
   int nPending = 0, registered = 1, rootIn = 0, rootOut = 0;
 
-  double nextSweep = 0;
-  while ((registered < groupSize || rootIn < p->nRootPeers || rootOut < p->nRootPeers) && bsNow() < deadline) {
+  double nextSweep = 0, graceEnd = 0;
+  for (;;) {
+    int complete = registered == groupSize && rootIn == p->nRootPeers && rootOut == p->nRootPeers;
+    /* Anonymous ids: a complete group waits a moment more for a duplicate of another job. */
+    if (complete && p->anonymous && graceEnd == 0) graceEnd = bsNow() + ANON_GRACE_SEC;
+    if (r->conflict[0] || bsNow() >= deadline || (complete && (!p->anonymous || bsNow() >= graceEnd))) break;
     for (int k = 0; k < p->nRootPeers; k++) {
       if (rootSent[k]) continue;
       rootSendErr[k] = sendRootHello(r, p, k);
@@ -522,11 +576,14 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
   close(lfd); /* the rendezvous is over: nothing may join this id any more */
 
   char msg[512] = "";
-  if (registered < groupSize) {
+  if (r->conflict[0]) {
+    snprintf(msg, sizeof(msg), "%s", r->conflict);
+  } else if (registered < groupSize) {
     char missing[256];
     describeMissing(fds, p->first, p->end, missing, sizeof(missing));
     if (p->nIds == 1)
-      snprintf(msg, sizeof(msg), "%s never connected to the root %s within %g s", missing, rootName, r->timeoutSec);
+      snprintf(msg, sizeof(msg), "%s never connected to the root %s within %g s%s", missing, rootName, r->timeoutSec,
+               p->anonymous ? " (with no job identity, another job on this address may have met them)" : "");
     else
       snprintf(msg, sizeof(msg), "%s never connected to root rank %d (unique id %d of %d) at %s within %g s", missing,
                r->rank, p->group, p->nIds, rootName, r->timeoutSec);
@@ -698,7 +755,8 @@ ncclxResult_t bootstrapInitScalable(const ncclxUniqueId* ids, int nIds, int rank
                            "bootstrap: unique id %d of %d is not valid (not made by ncclxGetUniqueId, or corrupted)",
                            i, nIds);
     }
-  struct rdvPlan plan = {nIds, bootstrapIdGroup(rank, nIds, nranks), 0, 0, 0, l, 0, size, 0, all, NULL};
+  struct rdvPlan plan = {.nIds = nIds, .group = bootstrapIdGroup(rank, nIds, nranks), .ids = l, .payload = size,
+                         .all = all, .anonymous = nIds == 1 && (l[0].flags & ID_FLAG_ANONYMOUS)};
   plan.first = bootstrapIdRoot(plan.group, nIds, nranks);
   plan.end = plan.group + 1 < nIds ? bootstrapIdRoot(plan.group + 1, nIds, nranks) : nranks;
   for (long d = 1; d < nIds; d <<= 1) plan.nRootPeers++;

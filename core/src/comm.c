@@ -48,6 +48,7 @@ static ncclxResult_t commSetErrorV(struct ncclxComm* comm, ncclxResult_t res, in
   pthread_mutex_lock(&comm->errLock);
   if (atomic_load(&comm->asyncError) == ncclxSuccess) {
     snprintf(comm->lastError, sizeof(comm->lastError), "%s", msg);
+    comm->lastErrorStamp = ncclxErrorStampNext();
     atomic_store(&comm->asyncError, res);
     first = 1;
   }
@@ -105,8 +106,10 @@ ncclxResult_t commArgError(struct ncclxComm* comm, ncclxResult_t res, const char
   ncclxSetErrorV(res, fmt, ap);
   va_end(ap);
   pthread_mutex_lock(&comm->errLock);
-  if (atomic_load(&comm->asyncError) == ncclxSuccess)
+  if (atomic_load(&comm->asyncError) == ncclxSuccess) {
     snprintf(comm->lastError, sizeof(comm->lastError), "%s", ncclxThreadLastError());
+    comm->lastErrorStamp = ncclxThreadErrorStamp();
+  }
   pthread_mutex_unlock(&comm->errLock);
   return res;
 }
@@ -119,6 +122,10 @@ ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const 
     return ncclxSetError(res, "%s: %s", fn, why);
   }
   ncclxLogSetRank(comm->rank);
+  if (atomic_load(&comm->finalized))
+    return commArgError(comm, ncclxInvalidUsage,
+                        "%s: the communicator was finalized (ncclxCommFinalize); only ncclxCommDestroy "
+                        "or ncclxCommAbort may follow", fn);
   NCCLX_CHECK(commCheckHealthy(comm));
   res = streamCheckHandle(stream);
   if (res != ncclxSuccess) {
@@ -254,6 +261,7 @@ static struct ncclxComm* commAlloc(int rank, int nranks) {
   comm->magic = NCCLX_COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;
+  xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER);
   pthread_mutex_init(&comm->connLock, NULL);
   pthread_mutex_init(&comm->execLock, NULL);
   pthread_mutex_init(&comm->errLock, NULL);
@@ -644,6 +652,9 @@ API int ncclxInternalInitCounters(ncclxComm_t comm, int64_t* out, int max) {
 
 API ncclxResult_t ncclxCommFinalize(ncclxComm_t comm) {
   NCCLX_CHECK(commCheckHandle(comm));
+  if (atomic_exchange(&comm->finalized, 1))
+    return commArgError(comm, ncclxInvalidUsage,
+                        "ncclxCommFinalize: the communicator was finalized already; destroy it");
   /* Operations run to completion inside their call or stream task; taking the lock waits
    * for the one in flight. */
   int ref = commExecLock(comm);

@@ -43,6 +43,12 @@ struct ncclxPeerConn {
   void* sendComm;
   void* recvComm;
   int sendFd, recvFd; /* from getPollFd, -1 when none */
+  /* xfer.c: the order in which transfers post their messages, per direction. Messages match
+   * in posting order, so a transfer started later (in this run or in a later one still in
+   * flight: CommFuse flows, pipelines) posts only once every earlier transfer on the same
+   * connection and direction has posted its last message. A transfer takes a ticket when
+   * it starts and posts while `serving` equals it. */
+  uint64_t ticketNext[2], ticketServing[2]; /* [isSend] */
 };
 
 struct ncclxComm {
@@ -79,6 +85,11 @@ struct ncclxComm {
                       * forwards received data), USER for the
                       * application's send/recv (xfer.c tells the shm transport per send) */
   int lazyConnect;
+  /* The running call as its messages sign it (xferSetCall): which call, and its size per
+   * rank; SIZE_MAX: each transfer's own size (send/recv, all-to-all-v). */
+  int xferSigKind;
+  size_t xferSigBytes;
+  double xferLastStart; /* xfer.c: when the last run started (late-rank check) */
 
   /* Execution: one operation at a time per communicator. */
   pthread_mutex_t execLock;
@@ -97,6 +108,8 @@ struct ncclxComm {
   atomic_int asyncError; /* ncclxResult_t */
   pthread_mutex_t errLock;
   char lastError[1024];
+  unsigned long lastErrorStamp; /* under errLock: ncclxErrorStampNext when lastError was set */
+  atomic_int finalized;         /* ncclxCommFinalize ran: only destroy/abort may follow */
 
   /* Last choices, by call shape (collective, bytes, datatype, op): the model and a tuner
    * plugin's answer are functions of the shape (tuner.h), so repeated calls of one shape (the

@@ -124,6 +124,7 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     if (res == ncclxSuccess && f->sched.linkBytesPerSec > 0 &&
         !(f->linkEnd = calloc((size_t)comm->nranks, sizeof(double))))
       res = commFail(comm, ncclxSystemError, "%s #%llu: out of memory", f->name, (unsigned long long)f->seq);
+    xferSetCall(comm, XFER_SIG_FUSE + (int)f->kind, f->count * f->typeSize); /* messages carry it */
     if (res == ncclxSuccess && f->count > 0)
       res = f->kind == FUSE_AG ? fuseAllGather(f) : f->kind == FUSE_RS ? fuseReduceScatter(f) : fuseAllToAll(f);
     if (fuseHelperBusy(f->helper)) { /* only after an error path that left it running */
@@ -132,6 +133,7 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     }
     fuseHelperRelease(f->helper);
     f->helper = NULL;
+    xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER);
     free(f->linkEnd);
     f->linkEnd = NULL;
     FUSE_TRACE("op.end", 0, 0);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 #include "debug.h"
@@ -221,19 +222,47 @@ typedef struct {
   int sectionLine; /* last [section] header seen */
   int tooLongLine; /* first line that did not fit inih's buffer; parsing stops there */
   int bufLimit;
+  int badLine;     /* first line with a NUL byte or text after its [section]; parsing stops */
+  const char* badWhat;
   char* buf;
   size_t cap;
   int oom;
 } ParseCtx;
+
+/* "[name]" followed by nothing but blanks or a comment (inih would ignore the rest). A line
+ * without ']' is left to inih, which reports it as a syntax error. */
+static int sectionLineClean(const char* s) {
+  const char* close = strchr(s, ']');
+  if (!close) return 1;
+  for (const char* p = close + 1; *p && *p != '\n'; p++) {
+    if (*p == ';' || *p == '#') return 1;
+    if (!isspace((unsigned char)*p)) return 0;
+  }
+  return 1;
+}
 
 static char* readLine(char* str, int num, void* stream) {
   ParseCtx* ctx = stream;
   ssize_t n = getline(&ctx->buf, &ctx->cap, ctx->file);
   if (n < 0) return NULL;
   ctx->line++;
+  /* A NUL would end the line there without a word: the rest of the value is lost. */
+  if (strlen(ctx->buf) != (size_t)n) {
+    ctx->badLine = ctx->line;
+    ctx->badWhat = "a NUL byte inside the line (a binary file, or a stray byte?)";
+    return NULL;
+  }
+  /* CRLF files (written on Windows): the \r is not part of the line. */
+  if (n >= 2 && ctx->buf[n - 2] == '\r' && ctx->buf[n - 1] == '\n') ctx->buf[n - 2] = '\n', ctx->buf[n - 1] = '\0';
+  else if (n >= 1 && ctx->buf[n - 1] == '\r') ctx->buf[n - 1] = '\0';
   const char* s = ctx->buf;
   while (*s == ' ' || *s == '\t') s++;
   size_t len = strlen(s);
+  if (*s == '[' && !sectionLineClean(s)) {
+    ctx->badLine = ctx->line;
+    ctx->badWhat = "text after the [section] header (only a ; or # comment may follow it)";
+    return NULL;
+  }
   if (len + 1 > (size_t)num) {
     ctx->tooLongLine = ctx->line;
     ctx->bufLimit = num;
@@ -335,6 +364,11 @@ static ncclxResult_t parseFile(FILE* f, const char* path) {
   int rc = ini_parse_stream(readLine, &ctx, onKey, &ctx);
   free(ctx.buf);
   if (ctx.oom) return loadFail(ncclxSystemError, "%s: out of memory while parsing", path);
+  if (ctx.badLine && (rc <= 0 || rc >= ctx.badLine)) {
+    char text[160];
+    fetchLine(path, ctx.badLine, text, sizeof(text));
+    return loadFail(ncclxInvalidUsage, "%s:%d: %s in '%s'", path, ctx.badLine, ctx.badWhat, text);
+  }
   if (rc > 0 && (ctx.tooLongLine == 0 || rc < ctx.tooLongLine)) {
     char text[160];
     fetchLine(path, rc, text, sizeof(text));
@@ -388,6 +422,12 @@ static ncclxResult_t validateStore(void) {
   return ncclxSuccess;
 }
 
+/* fopen(dir, "r") succeeds on Linux and reads as an empty file: say so instead. */
+static int isDirectory(FILE* f) {
+  struct stat st;
+  return fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 /* Opens the first config file of the search order. *f = NULL (and success) means none. */
 static ncclxResult_t locate(FILE** f, char** path) {
   *f = NULL;
@@ -397,6 +437,11 @@ static ncclxResult_t locate(FILE** f, char** path) {
     *f = fopen(forced, "r");
     if (*f == NULL)
       return loadFail(ncclxInvalidUsage, "%s=%s: cannot open: %s", CONFIG_ENV_FILE, forced, strerror(errno));
+    if (isDirectory(*f)) {
+      fclose(*f);
+      *f = NULL;
+      return loadFail(ncclxInvalidUsage, "%s=%s: is a directory, not an ini file", CONFIG_ENV_FILE, forced);
+    }
     *path = strdup(forced);
     return ncclxSuccess;
   }
@@ -408,6 +453,11 @@ static ncclxResult_t locate(FILE** f, char** path) {
   for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
     if (candidates[i][0] == '\0') continue;
     *f = fopen(candidates[i], "r");
+    if (*f != NULL && isDirectory(*f)) {
+      fclose(*f);
+      *f = NULL;
+      return loadFail(ncclxInvalidUsage, "%s: is a directory, not an ini file", candidates[i]);
+    }
     if (*f != NULL) {
       *path = strdup(candidates[i]);
       return ncclxSuccess;

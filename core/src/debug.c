@@ -2,6 +2,7 @@
 #include "debug.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,8 +96,15 @@ void ncclxLog(ncclxLogLevel_t level, unsigned long subsys, const char* file, int
   pthread_mutex_unlock(&logLock);
 }
 
+static atomic_ulong errorClock;
+static _Thread_local unsigned long threadErrorStamp;
+
+unsigned long ncclxErrorStampNext(void) { return atomic_fetch_add(&errorClock, 1) + 1; }
+unsigned long ncclxThreadErrorStamp(void) { return threadErrorStamp; }
+
 ncclxResult_t ncclxSetErrorV(ncclxResult_t res, const char* fmt, va_list ap) {
   vsnprintf(threadError, sizeof(threadError), fmt, ap);
+  threadErrorStamp = ncclxErrorStampNext();
   WARN("%s", threadError);
   return res;
 }
@@ -110,4 +118,7 @@ ncclxResult_t ncclxSetError(ncclxResult_t res, const char* fmt, ...) {
 }
 
 const char* ncclxThreadLastError(void) { return threadError; }
-void ncclxClearThreadError(void) { threadError[0] = '\0'; }
+void ncclxClearThreadError(void) {
+  threadError[0] = '\0';
+  threadErrorStamp = 0;
+}

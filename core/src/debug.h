@@ -36,6 +36,10 @@ ncclxResult_t ncclxSetError(ncclxResult_t res, const char* fmt, ...) __attribute
 ncclxResult_t ncclxSetErrorV(ncclxResult_t res, const char* fmt, va_list ap);
 const char* ncclxThreadLastError(void);
 void ncclxClearThreadError(void);
+/* Errors are stamped from one process-wide clock, so ncclxGetLastError(comm) can tell which
+ * of the communicator's last failure and the calling thread's last error is newer. */
+unsigned long ncclxErrorStampNext(void);
+unsigned long ncclxThreadErrorStamp(void); /* 0: none since the last clear */
 
 #define NCCLX_CHECK(call)                         \
   do {                                            \

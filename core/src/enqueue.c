@@ -156,7 +156,12 @@ static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclx
        * tuner's choice for this call. */
       size_t defaultChunk = comm->chunkBytes;
       comm->chunkBytes = coll->chunkBytes;
+      /* Messages carry the call: all-to-all-v's sizes differ per peer, so each its own. */
+      xferSetCall(comm, XFER_SIG_COLL + (int)coll->coll,
+                  coll->coll == NCCLX_COLL_ALLTOALLV ? XFER_SIG_PER_TRANSFER
+                                                     : coll->count * collTypeSize(coll->datatype));
       res = gpuCollRun(comm, coll);
+      xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER);
       comm->chunkBytes = defaultChunk;
     }
     if (res != ncclxSuccess) profFailed(comm, ev, res, ncclxThreadLastError());

@@ -1,4 +1,5 @@
 /* Memory the transports can use without extra copies, and buffer registration. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,36 @@ struct ncclxRegistration {
   size_t size;
 };
 
+/* Allocations below a page come from posix_memalign: remember them, so that ncclxMemFree can
+ * refuse a pointer it did not hand out instead of freeing the caller's own buffer. Few
+ * buffers live at once; a list is enough. */
+static pthread_mutex_t smallLock = PTHREAD_MUTEX_INITIALIZER;
+static void** smallPtrs;
+static size_t smallCount, smallCap;
+
+static int smallRemember(void* p) {
+  pthread_mutex_lock(&smallLock);
+  int ok = 1;
+  if (smallCount == smallCap) {
+    size_t cap = smallCap ? smallCap * 2 : 64;
+    void** grown = realloc(smallPtrs, cap * sizeof(*grown));
+    if (grown) smallPtrs = grown, smallCap = cap;
+    else ok = 0;
+  }
+  if (ok) smallPtrs[smallCount++] = p;
+  pthread_mutex_unlock(&smallLock);
+  return ok;
+}
+
+static int smallForget(void* p) {
+  pthread_mutex_lock(&smallLock);
+  int found = 0;
+  for (size_t i = smallCount; i-- > 0 && !found;)
+    if (smallPtrs[i] == p) smallPtrs[i] = smallPtrs[--smallCount], found = 1;
+  pthread_mutex_unlock(&smallLock);
+  return found;
+}
+
 API ncclxResult_t ncclxMemAlloc(void** ptr, size_t size) {
   if (!ptr) return ncclxSetError(ncclxInvalidArgument, "ncclxMemAlloc: ptr is NULL");
   *ptr = NULL;
@@ -25,14 +56,23 @@ API ncclxResult_t ncclxMemAlloc(void** ptr, size_t size) {
    * that is refused.
    * Page alignment lets a transport map or register either whole. */
   if (size >= NCCLX_SHM_MAPPED_MIN && (*ptr = ncclxShmMemAlloc(size)) != NULL) return ncclxSuccess;
-  if (posix_memalign(ptr, 4096, size) != 0)
+  if (posix_memalign(ptr, 4096, size) != 0 || !smallRemember(*ptr)) {
+    free(*ptr);
+    *ptr = NULL;
     return ncclxSetError(ncclxSystemError, "ncclxMemAlloc: cannot allocate %zu bytes", size);
+  }
   return ncclxSuccess;
 }
 
 API ncclxResult_t ncclxMemFree(void* ptr) {
-  if (!ncclxShmMemFree(ptr)) free(ptr);
-  return ncclxSuccess;
+  if (!ptr || ncclxShmMemFree(ptr)) return ncclxSuccess;
+  if (smallForget(ptr)) {
+    free(ptr);
+    return ncclxSuccess;
+  }
+  return ncclxSetError(ncclxInvalidArgument,
+                       "ncclxMemFree: %p was not returned by ncclxMemAlloc, or was freed already; "
+                       "left alone (free your own buffers with free())", ptr);
 }
 
 API ncclxResult_t ncclxCommRegister(const ncclxComm_t comm, void* buff, size_t size, void** handle) {

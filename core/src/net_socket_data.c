@@ -270,6 +270,13 @@ static ncclxResult_t parseHeader(sockComm* c, sockReq* r) {
   if (check != (SOCK_HDR_CHECK ^ (uint32_t)r->seq))
     return commFail(c, ncclxRemoteError, "bad header for message %llu (stream out of step, or "
                     "not an ncclx peer)", (unsigned long long)r->seq);
+  int tag = (int)le32toh(r->hdr.tag);
+  if ((r->tag & NCCLX_NET_TAG_SIGNED) && tag != r->tag) {
+    if (r->tagOut) *r->tagOut = tag;
+    return commFail(c, ncclxInvalidUsage, "message %llu is signed %#x where this receive "
+                    "expects %#x (the ranks' calls differ)", (unsigned long long)r->seq,
+                    (unsigned)tag, (unsigned)r->tag);
+  }
   if (size > r->size)
     return commFail(c, ncclxRemoteError, "message %llu has %llu bytes but the posted receive "
                     "holds only %zu", (unsigned long long)r->seq, (unsigned long long)size, r->size);
@@ -400,7 +407,6 @@ ncclxResult_t sockIsend(void* sendComm, void* data, size_t size, int tag, void* 
 
 ncclxResult_t sockIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
                                void** mhandles, void** phandles, void** request) {
-  (void)tags; /* one buffer per receive: the tag has nothing to select */
   (void)mhandles;
   sockComm* c = recvComm;
   if (!request || sockCommKind(c) != SOCK_KIND_RECV) return ncclxInternalError;
@@ -416,6 +422,8 @@ ncclxResult_t sockIrecv(void* recvComm, int n, void** data, size_t* sizes, int* 
   if (c->err != ncclxSuccess) return c->err;
   if (c->next - c->first >= SOCK_QUEUE) return ncclxSuccess;
   sockReq* r = reqPost(c, data[0], sizes[0]);
+  r->tag = tags ? tags[0] : 0; /* one buffer per receive: the tag selects nothing, but a */
+  r->tagOut = tags;            /* signed one is checked where the message lands */
   profReqStart(r, phandles ? phandles[0] : NULL);
   commProgress(c); /* the data may be waiting already */
   *request = r;

@@ -167,6 +167,8 @@ typedef struct {
   size_t msgSize; /* bytes of the message (receive: valid once hdrKnown) */
   int hdrKnown;
   int socksLeft;  /* sockets whose part of this message is not done yet */
+  int tag;        /* receive: the tag posted; a signed one is checked (net.h) */
+  int* tagOut;    /* receive: where a differing signed tag is reported */
   sockWireHdr hdr;
 } sockReq;
 

@@ -329,6 +329,14 @@ static void recvProgress(shmComm* c, int* progress) {
                 size, (unsigned long long)(c->seq - 1));
         break;
       }
+      if ((r->tag & NCCLX_NET_TAG_SIGNED) && sl->s.tag != r->tag) {
+        if (r->tagOut) *r->tagOut = sl->s.tag;
+        refuse(c, sl, SHM_STATUS_FAILED);
+        shmFail(c, ncclxInvalidUsage,
+                "%s sent a message signed %#x where this receive expects %#x (the ranks' calls "
+                "differ)", shmPeerName(c, who, sizeof(who)), (unsigned)sl->s.tag, (unsigned)r->tag);
+        break;
+      }
       if (size > r->size) {
         refuse(c, sl, SHM_STATUS_TOO_BIG);
         shmFail(c, ncclxRemoteError, "%s sent %zu bytes but the posted receive holds only %zu",
@@ -523,6 +531,7 @@ ncclxResult_t shmIrecv(void* recvComm, int n, void** data, size_t* sizes, int* t
   /* One buffer per receive: the tag has nothing to select. */
   shmReq* r = reqPost(c, data[0], sizes[0], tags ? tags[0] : 0);
   if (!r) return ncclxSuccess;
+  r->tagOut = tags;
   int progress = 0;
   recvProgress(c, &progress); /* the message may be waiting already */
   *request = r;

@@ -222,6 +222,7 @@ typedef struct {
   int mapFailed;   /* recv, SHM_MSG_MAPPED: mapping failed, process_vm_readv reads the rest */
   int sendKind;    /* send: NCCLX_SHM_SEND_* the core said for it (mappedMinOf) */
   int tag;
+  int* tagOut;     /* recv: where a differing signed tag is reported (net.h) */
 } shmReq;
 
 struct shmComm {

@@ -146,13 +146,92 @@ static int xferAwaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
   return 0;
 }
 
-static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+/* Signed tags: the call's kind in bits 26-29, its bytes below (exact under 64 MiB, folded
+ * above so that sizes 64 MiB apart still differ). */
+#define XFER_SIG_BYTES_BITS 26
+#define XFER_SIG_BYTES_MASK (((size_t)1 << XFER_SIG_BYTES_BITS) - 1)
+
+static int xferSignature(int kind, size_t bytes) {
+  size_t folded = bytes ^ ((bytes >> XFER_SIG_BYTES_BITS) * (size_t)0x9e3779b1u);
+  return NCCLX_NET_TAG_SIGNED | (kind & (XFER_SIG_KINDS - 1)) << XFER_SIG_BYTES_BITS |
+         (int)(folded & XFER_SIG_BYTES_MASK);
+}
+
+static void xferSigKindName(int kind, char* buf, size_t size) {
+  static const char* const fuse[] = {"allgather-compute", "compute-reducescatter", "alltoall-compute"};
+  if (kind == XFER_SIG_P2P)
+    snprintf(buf, size, "send/recv");
+  else if (kind < XFER_SIG_FUSE)
+    snprintf(buf, size, "%s", ncclxCollName((ncclxCollType_t)(kind - XFER_SIG_COLL)));
+  else if (kind - XFER_SIG_FUSE < 3)
+    snprintf(buf, size, "%s", fuse[kind - XFER_SIG_FUSE]);
+  else
+    snprintf(buf, size, "call kind %d", kind);
+}
+
+/* What differs between the call a message came from (theirs) and ours, for "<rank> ...". */
+static void xferDescribeMismatch(int theirs, int ours, char* buf, size_t size) {
+  int tk = (theirs >> XFER_SIG_BYTES_BITS) & (XFER_SIG_KINDS - 1);
+  int ok = (ours >> XFER_SIG_BYTES_BITS) & (XFER_SIG_KINDS - 1);
+  unsigned tb = (unsigned)theirs & XFER_SIG_BYTES_MASK, ob = (unsigned)ours & XFER_SIG_BYTES_MASK;
+  char tn[32], on[32];
+  xferSigKindName(tk, tn, sizeof(tn));
+  xferSigKindName(ok, on, sizeof(on));
+  if (!(theirs & NCCLX_NET_TAG_SIGNED) || tk != ok)
+    snprintf(buf, size, "sent data of %s where this rank runs %s (collectives differ across ranks)",
+             (theirs & NCCLX_NET_TAG_SIGNED) ? tn : "an unsigned message", on);
+  else if (tk == XFER_SIG_P2P)
+    snprintf(buf, size, "sent %u bytes where this rank receives %u (counts or datatypes differ; "
+             "sizes of 64 MiB and more show folded)", tb, ob);
+  else
+    snprintf(buf, size, "called %s with %u bytes per rank where this rank has %u (counts or datatypes "
+             "differ between ranks; sizes of 64 MiB and more show folded)", tn, tb, ob);
+}
+
+/* Posting turns (see struct ncclxPeerConn): taken in start order, passed on once a
+ * transfer's last message is posted, or when its run ends without posting it (the run
+ * failed, and the communicator with it). */
+static void xferTakeTurns(struct ncclxComm* comm, ncclxXfer* x, struct xferState* s, int n) {
+  for (int i = 0; i < n; i++) {
+    if (x[i].peer == s[i].comm->rank || s[i].msgsDone == s[i].msgsTotal) continue;
+    size_t bytes = comm->xferSigBytes == XFER_SIG_PER_TRANSFER ? x[i].bytes : comm->xferSigBytes;
+    s[i].tag = x[i].tagArrived = xferSignature(comm->xferSigKind, bytes);
+    s[i].hasTag = 1;
+    struct ncclxPeerConn* c = &s[i].comm->conns[x[i].peer];
+    s[i].ticket = c->ticketNext[x[i].isSend]++;
+    s[i].hasTicket = 1;
+  }
+}
+
+static void xferPassTurn(ncclxXfer* x, struct xferState* s, int i) {
+  if (!s[i].hasTicket) return;
+  struct ncclxPeerConn* c = &s[i].comm->conns[x[i].peer];
+  if (c->ticketServing[x[i].isSend] == s[i].ticket) c->ticketServing[x[i].isSend]++;
+  s[i].hasTicket = 0;
+}
+
+/* A transport failed a request: when one of this run's receives saw a message signed by
+ * another call (net.h), that is the error to report, whichever request the transport
+ * failed first (the connection fails whole, so later posts and tests fail too). */
+static ncclxResult_t xferCallMismatch(ncclxXfer* x, struct xferState* s, int n) {
+  for (int j = 0; j < n; j++) {
+    if (x[j].isSend || !s[j].hasTag || x[j].tagArrived == s[j].tag) continue;
+    struct ncclxComm* comm = s[j].comm;
+    char who[128], why[320];
+    xferDescribeMismatch(x[j].tagArrived, s[j].tag, why, sizeof(why));
+    return commFail(comm, ncclxInvalidUsage, "%s #%llu: %s %s", opName(comm),
+                    (unsigned long long)comm->curOpSeq,
+                    commDescribeRank(comm, x[j].peer, who, sizeof(who)), why);
+  }
+  return ncclxSuccess;
+}
+
+static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int n, int i, int* progress) {
   struct ncclxComm* comm = s[i].comm;
   struct ncclxPeerConn* c = &comm->conns[x[i].peer];
   const ncclxNet_t* net = c->net;
   while (s[i].msgsPosted < s[i].msgsTotal && x[i].inflight < XFER_MAX_INFLIGHT) {
-    int p = s[i].prev;
-    if (p >= 0 && s[p].msgsPosted < s[p].msgsTotal) return ncclxSuccess; /* keep order */
+    if (c->ticketServing[x[i].isSend] != s[i].ticket) return ncclxSuccess; /* keep order */
     int g = x[i].sendAfter - 1; /* forward only what has arrived */
     if (g >= 0 && s[g].msgsDone <= s[i].msgsPosted && s[g].msgsDone < s[g].msgsTotal)
       return ncclxSuccess;
@@ -167,16 +246,18 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
     /* Device memory a plugin reads directly was registered (NCCLX_PTR_CUDA) by gpu_net.c;
      * host memory: NULL. */
     void* mh = gpuNetMhandle(x[i].isSend ? c->sendComm : c->recvComm, ptr, len);
+    int tag = s[i].tag;
     if (x[i].isSend) {
       if (net == &ncclxNetShm) ncclxShmSendKind(c->sendComm, comm->xferSendKind);
-      res = net->isend(c->sendComm, ptr, len, comm->rank, mh, phandle, &req);
+      res = net->isend(c->sendComm, ptr, len, tag, mh, phandle, &req);
     } else {
       void* data = ptr;
-      int tag = x[i].peer;
-      res = net->irecv(c->recvComm, 1, &data, &len, &tag, &mh, &phandle, &req);
+      res = net->irecv(c->recvComm, 1, &data, &len, &x[i].tagArrived, &mh, &phandle, &req);
     }
     if (res != ncclxSuccess) {
       char who[128], notice[1024];
+      ncclxResult_t mismatch = xferCallMismatch(x, s, n);
+      if (mismatch != ncclxSuccess) return mismatch;
       /* As in xferTest1: a peer that closed may only be the messenger of another rank's
        * failure, whose abort notice names the culprit. */
       if (xferAwaitNotice(comm, notice, sizeof(notice)))
@@ -192,6 +273,7 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int i, int* pro
     x[i].inflight++;
     __atomic_store_n(&x[i].postedBytes, x[i].postedBytes + len, __ATOMIC_RELAXED);
     if (s[i].msgsPosted++ == 0) stepState(&s[i], NCCLX_PROFILE_STATE_POSTED, 0);
+    if (s[i].msgsPosted == s[i].msgsTotal) xferPassTurn(x, s, i);
     *progress = 1;
   }
   return ncclxSuccess;
@@ -233,7 +315,7 @@ static void xferReduceArrived(ncclxXfer* x, struct xferState* s, int i, int* pro
   }
 }
 
-static ncclxResult_t xferTest1(ncclxXfer* x, struct xferState* s, int i, int* progress) {
+static ncclxResult_t xferTest1(ncclxXfer* x, struct xferState* s, int n, int i, int* progress) {
   struct ncclxComm* comm = s[i].comm;
   while (x[i].inflight > x[i].arrived) {
     int slot = (x[i].head + x[i].arrived) % XFER_MAX_INFLIGHT;
@@ -243,6 +325,8 @@ static ncclxResult_t xferTest1(ncclxXfer* x, struct xferState* s, int i, int* pr
     char who[128];
     if (res != ncclxSuccess) {
       x[i].inflight = x[i].arrived = 0; /* the transport freed the failed request */
+      ncclxResult_t mismatch = xferCallMismatch(x, s, n);
+      if (mismatch != ncclxSuccess) return mismatch;
       /* The peer may only be the messenger: when another rank failed first, it has sent an
        * abort notice naming the culprit, which we prefer to blaming the closed link. */
       char notice[1024];
@@ -355,6 +439,16 @@ unsigned xferSpinPolls(const struct ncclxComm* comm) {
 
 /* ---------------- runs: start, test, wait, end ---------------- */
 
+/* A rank that was away (stopped, swapped out, computing) for half the timeout or more may
+ * find its data delivered while its peers already failed this very call on their timeout:
+ * it must fail it too, not return success. Their abort notices say so; reading them costs
+ * syscalls, so only after such an absence, before a run (away between calls) and after it
+ * (away inside one). */
+static ncclxResult_t xferLateCheck(struct ncclxComm* comm, double awaySec) {
+  if (comm->timeoutSec <= 0 || awaySec < comm->timeoutSec / 2) return ncclxSuccess;
+  return commPollAbort(comm);
+}
+
 static ncclxResult_t xferStartWith(struct ncclxComm* comm, ncclxXfer* x, int n, ncclxXferRun* run,
                                    struct xferState* storage, int capacity) {
   memset(run, 0, sizeof(*run));
@@ -375,13 +469,8 @@ static ncclxResult_t xferStartWith(struct ncclxComm* comm, ncclxXfer* x, int n, 
     s[i].chunk = x[i].chunk ? x[i].chunk : s[i].comm->chunkBytes;
     s[i].msgsTotal = x[i].bytes == 0 ? 1 : (x[i].bytes + s[i].chunk - 1) / s[i].chunk;
     s[i].msgsPosted = s[i].msgsDone = 0;
-    s[i].prev = -1;
+    s[i].hasTicket = s[i].hasTag = 0;
     s[i].event = NULL;
-    for (int j = i - 1; j >= 0; j--)
-      if (s[j].comm == s[i].comm && x[j].peer == x[i].peer && x[j].isSend == x[i].isSend) {
-        s[i].prev = j;
-        break;
-      }
     x[i].postedBytes = x[i].doneBytes = 0;
     x[i].inflight = x[i].head = x[i].arrived = 0;
   }
@@ -392,9 +481,12 @@ static ncclxResult_t xferStartWith(struct ncclxComm* comm, ncclxXfer* x, int n, 
   pthread_mutex_unlock(&comm->liveLock);
   ncclxResult_t res = xferSelf(x, s, n);
   if (res == ncclxSuccess) res = xferConnect(x, s, n);
+  if (res == ncclxSuccess) xferTakeTurns(comm, x, s, n);
   for (int i = 0; i < n && res == ncclxSuccess; i++)
     if (s[i].msgsDone != s[i].msgsTotal) stepStart(&x[i], &s[i], i);
-  run->lastProgress = nowSec();
+  run->lastProgress = run->startTime = nowSec();
+  if (res == ncclxSuccess) res = xferLateCheck(comm, run->startTime - comm->xferLastStart);
+  comm->xferLastStart = run->startTime;
   run->spins = xferSpinPolls(comm);
   run->res = res;
   if (res != ncclxSuccess) run->pending = 0;
@@ -413,8 +505,8 @@ ncclxResult_t xferTest(ncclxXferRun* run, int* progressed) {
   ncclxResult_t res = run->res;
   for (int i = 0; i < run->n && res == ncclxSuccess && run->pending; i++) {
     if (s[i].msgsDone == s[i].msgsTotal) continue;
-    res = xferPost(x, s, i, &progress);
-    if (res == ncclxSuccess) res = xferTest1(x, s, i, &progress);
+    res = xferPost(x, s, run->n, i, &progress);
+    if (res == ncclxSuccess) res = xferTest1(x, s, run->n, i, &progress);
     pending |= s[i].msgsDone != s[i].msgsTotal;
   }
   if (run->pending) run->pending = res == ncclxSuccess && pending;
@@ -458,6 +550,7 @@ ncclxResult_t xferEnd(ncclxXferRun* run) {
   if (res == ncclxSuccess && run->pending)
     res = commFail(comm, ncclxInternalError, "%s #%llu: transfers ended before they completed",
                    opName(comm), (unsigned long long)comm->curOpSeq);
+  if (res == ncclxSuccess) res = xferLateCheck(comm, nowSec() - run->startTime);
   /* On failure, requests still in flight stay with the transport until the connection is
    * closed; the communicator is unusable from here on. */
   for (int i = 0; run->s && i < run->n; i++) {
@@ -466,6 +559,7 @@ ncclxResult_t xferEnd(ncclxXferRun* run) {
       comm->profiler->recordEventState(run->s[i].event, NCCLX_PROFILE_STATE_FAILED, &args);
     }
     stepStop(&run->s[i]);
+    xferPassTurn(run->x, run->s, i);
   }
   pthread_mutex_lock(&comm->liveLock);
   if (comm->live == &run->live) comm->live = NULL;

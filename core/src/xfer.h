@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "comm.h"
+#include "ncclx/tuner.h"
 
 typedef struct {
   struct ncclxComm* comm; /* NULL: the comm passed to xferRun */
@@ -55,11 +56,31 @@ typedef struct {
   int inflight; /* messages posted and not retired (includes arrived ones) */
   int arrived;  /* receive-and-reduce: arrived, waiting to be reduced */
   int head;
+  int tagArrived; /* receive: what the transport says arrived, when its signed tag differs */
   void* reqs[8];
   size_t reqBytes[8];
 } ncclxXfer;
 
 #define XFER_MAX_INFLIGHT 4 /* messages in flight per transfer (<= size of ncclxXfer.reqs) */
+
+/* Message signatures (net.h, "Signed tags"): every message carries the running call's kind
+ * and its size per rank, so ranks that disagree on the call, its count or its datatype fail
+ * where the data lands, naming both calls, instead of completing with the wrong data.
+ * Same-size differences (int32 for float32, max for sum) are not seen: [core]
+ * check_mismatch compares whole calls. */
+enum {
+  XFER_SIG_P2P = 0,         /* send/recv and the core's own exchanges: each transfer's size */
+  XFER_SIG_COLL = 1,        /* + ncclxCollType_t */
+  XFER_SIG_FUSE = 1 + NCCLX_NUM_COLLS, /* + CommFuse kind (all-gather, reduce-scatter, all-to-all) */
+  XFER_SIG_KINDS = 16
+};
+#define XFER_SIG_PER_TRANSFER ((size_t)-1)
+/* Sign the transfers that follow with this call (kind, bytes per rank, or
+ * XFER_SIG_PER_TRANSFER); xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER) after it. */
+static inline void xferSetCall(struct ncclxComm* comm, int kind, size_t bytes) {
+  comm->xferSigKind = kind;
+  comm->xferSigBytes = bytes;
+}
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 /* xferRun that also copies src to dst (bytes, not overlapping) in steps between progress
@@ -74,7 +95,10 @@ struct xferState {
   struct ncclxComm* comm;
   size_t chunk;
   size_t msgsTotal, msgsPosted, msgsDone;
-  int prev;    /* earlier transfer on the same (comm, peer, direction), or -1 */
+  uint64_t ticket; /* posting turn on its connection (struct ncclxPeerConn.ticket*) */
+  int tag;         /* the signed tag of its messages */
+  int hasTag;      /* tag is set (not a transfer to self) */
+  int hasTicket;   /* 1 while it holds a turn it has not finished posting */
   void* event; /* profiler STEP event, or NULL */
 };
 
@@ -108,6 +132,7 @@ typedef struct {
   int ownsStates;
   unsigned idle, spins;
   double lastProgress;
+  double startTime;
   struct ncclxXferLive live;
   struct xferState inlineStates[XFER_RUN_STATES];
 } ncclxXferRun;

@@ -2,7 +2,7 @@
  * against the unfused collective plus the same callbacks, bit for bit (inputs are small
  * integers, exact in every datatype, so any summation order gives the same bits).
  *
- *   fuse_check NP [--reduced]
+ *   fuse_check NP [--reduced | --sizes | --large]
  *
  * Checked per call: recvbuff equals ncclxAllGather / ncclxReduceScatter / ncclxAllToAll of
  * the same data;
@@ -10,7 +10,8 @@
  * order (own block first for all-gather, last for reduce-scatter); consume's pointer is
  * recvbuff at (srcRank, offset); nothing is written outside recvbuff. Also: in-place
  * all-gather, a stream, the emulated link, and argument errors that leave the
- * communicator usable. --reduced (for 6+ ranks) trims the datatype and op lists. */
+ * communicator usable. --reduced (for 6+ ranks) trims the datatype and op lists; --sizes runs
+ * only the sweep across the transports' size boundaries, --large only 64 MiB blocks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +278,49 @@ static void checkBadArgs(ncclxComm_t comm, Ctx* c) {
 
 typedef struct {
   int reduced;
+  int sizes; /* --sizes: the boundary sweep only */
+  int large; /* --large: 64 MiB blocks, default schedules only */
 } Args;
+
+/* Every schedule with blocks, pieces and slices on both sides of the transports' size
+ * boundaries: the shared-memory slot (64 KiB), the pipeline chunk (512 KiB) and its four
+ * messages in flight per transfer (2 MiB: one transfer's messages no longer all post at its
+ * start, so a later transfer to the same peer must wait its turn), the ring and CMA chunk
+ * (1 MiB), the CMA budget of one test() (4 MiB), and SLICED/RING_P2P pieces across 2 MiB.
+ * Float32 with small integers: exact, so any order of summation gives the same bits. The
+ * small-count loop above never crossed any of these (the default schedule hung at 3+ ranks
+ * from 2 MiB blocks). */
+static void runSizeSweep(ncclxComm_t comm, Ctx* c) {
+  static const size_t counts[] = {16383, 16385, 131073, 262145, 524287, 524289, 786432, 1048577, 2097154};
+  ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL,       NCCLX_FUSE_SLICED(2),
+                                  NCCLX_FUSE_SLICED(3),        NCCLX_FUSE_RING_P2P,
+                                  NCCLX_FUSE_RING_P2P_PIECES(2), NCCLX_FUSE_RING_P2P_PIECES(3),
+                                  NCCLX_FUSE_DIRECT_P2P};
+  c->type = ncclxFloat32;
+  c->ts = 4;
+  c->op = ncclxSum;
+  for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+    for (size_t si = 0; si < sizeof(scheds) / sizeof(scheds[0]); si++) {
+      c->count = counts[ci];
+      c->sched = scheds[si];
+      runAllGather(comm, c, NULL, (int)(ci + si) % 2);
+      runReduceScatter(comm, c, NULL);
+      runAllToAll(comm, c, NULL);
+    }
+}
+
+/* What a tensor-parallel layer passes: 64 MiB blocks under the schedules a caller gets
+ * without choosing (RING_P2P's automatic pieces) and the all-to-all's default. */
+static void runLarge(ncclxComm_t comm, Ctx* c) {
+  c->type = ncclxFloat32;
+  c->ts = 4;
+  c->op = ncclxSum;
+  c->count = (size_t)16 << 20;
+  c->sched = NCCLX_FUSE_RING_P2P;
+  runAllGather(comm, c, NULL, 0);
+  runReduceScatter(comm, c, NULL);
+  if (c->nranks <= 3) runAllToAll(comm, c, NULL); /* n x 64 MiB per buffer: memory */
+}
 
 static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   const Args* a = arg;
@@ -286,6 +329,13 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   ncclxStream_t stream = NULL;
   MP_CALL(rank, comm, ncclxStreamCreate(&stream));
   Ctx c = {.rank = rank, .nranks = nranks};
+  if (a->sizes || a->large) {
+    if (a->sizes) runSizeSweep(comm, &c);
+    else runLarge(comm, &c);
+    MP_CALL(rank, comm, ncclxStreamDestroy(stream));
+    MP_CALL(rank, comm, ncclxCommDestroy(comm));
+    return g_failures ? 1 : 0;
+  }
 
   static const ncclxDataType_t allTypes[] = {ncclxInt8, ncclxUint8, ncclxInt32, ncclxUint32, ncclxInt64,
                                              ncclxUint64, ncclxFloat16, ncclxFloat32, ncclxFloat64, ncclxBfloat16};
@@ -374,11 +424,17 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s NP [--reduced]\n", argv[0]);
+    fprintf(stderr, "usage: %s NP [--reduced | --sizes | --large]\n", argv[0]);
     return 2;
   }
   int np = atoi(argv[1]);
-  Args a = {.reduced = argc > 2 && strcmp(argv[2], "--reduced") == 0};
+  const char* mode = argc > 2 ? argv[2] : "";
+  Args a = {.reduced = strcmp(mode, "--reduced") == 0, .sizes = strcmp(mode, "--sizes") == 0,
+            .large = strcmp(mode, "--large") == 0};
+  if (*mode && !a.reduced && !a.sizes && !a.large) {
+    fprintf(stderr, "fuse_check: unknown option %s\n", mode);
+    return 2;
+  }
   ncclxUniqueId id;
   if (ncclxGetUniqueId(&id) != ncclxSuccess) {
     fprintf(stderr, "ncclxGetUniqueId: %s\n", ncclxGetLastError(NULL));
@@ -390,7 +446,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < np; r++) mpJobSpawn(&job, r, rankMain, id, &a);
   int ranks[MP_MAX_RANKS];
   for (int r = 0; r < np; r++) ranks[r] = r;
-  int stuck = mpJobWait(&job, ranks, np, start + 140); /* CTest's TIMEOUT is 150 */
+  double limit = a.sizes || a.large ? 290 : 140; /* CTest's TIMEOUT is 10 s more */
+  int stuck = mpJobWait(&job, ranks, np, start + limit);
   int bad = 0;
   char why[64];
   for (int r = 0; r < np; r++)
@@ -399,7 +456,7 @@ int main(int argc, char** argv) {
       bad++;
     }
   if (stuck) mpJobKillRest(&job);
-  printf("fuse_check np %d%s: %s in %.1f s\n", np, a.reduced ? " (reduced)" : "", bad ? "FAILED" : "passed",
+  printf("fuse_check np %d%s%s: %s in %.1f s\n", np, *mode ? " " : "", mode, bad ? "FAILED" : "passed",
          mpNow() - start);
   return bad ? 1 : 0;
 }

@@ -246,6 +246,42 @@ static void stillWorks(ncclxComm_t comm) {
 }
 
 /* Rank 0 sends 100 floats, rank 1 posts a receive of 50. */
+/* ncclxGetLastError(comm) says what the last call got wrong, also when that call failed
+ * before touching the communicator (a split's bad color after a collective's bad op). */
+static void lastErrorIsNewest(ncclxComm_t comm) {
+  float x = 0;
+  ncclxComm_t nc = NULL;
+  expectBad("ncclxAllReduce(op 42) first", ncclxAllReduce(&x, &x, 1, ncclxFloat32, BADOP, comm, NULL), comm, "op");
+  expectBad("then ncclxCommSplit(color -7)", ncclxCommSplit(comm, -7, 0, &nc, NULL), comm, "color");
+}
+
+/* ncclxMemFree takes only what ncclxMemAlloc returned, once. */
+static void memFreeForeign(void) {
+  char* own = malloc(64);
+  memset(own, 7, 64);
+  expectBad("ncclxMemFree(a malloc'ed buffer)", ncclxMemFree(own), NULL, "ncclxMemAlloc");
+  own[63] = 8; /* still ours: not freed behind our back (ASan would say) */
+  free(own);
+  void* p = NULL;
+  MP_CALL(g_rank, NULL, ncclxMemAlloc(&p, 100));
+  MP_CALL(g_rank, NULL, ncclxMemFree(p));
+  expectBad("ncclxMemFree twice", ncclxMemFree(p), NULL, "ncclxMemAlloc|freed");
+  expectTrue("ncclxMemFree(NULL) is a no-op", ncclxMemFree(NULL) == ncclxSuccess);
+}
+
+/* After ncclxCommFinalize only destroy or abort: calls and a second finalize are refused. */
+static void afterFinalize(ncclxComm_t comm) {
+  ncclxComm_t sub = NULL;
+  MP_CALL(g_rank, comm, ncclxCommSplit(comm, 0, g_rank, &sub, NULL));
+  float x = 1, y = 0;
+  MP_CALL(g_rank, sub, ncclxAllReduce(&x, &y, 1, ncclxFloat32, ncclxSum, sub, NULL));
+  MP_CALL(g_rank, sub, ncclxCommFinalize(sub));
+  expectBad("ncclxAllReduce after finalize", ncclxAllReduce(&x, &y, 1, ncclxFloat32, ncclxSum, sub, NULL), sub,
+            "finalized");
+  expectBad("ncclxCommFinalize twice", ncclxCommFinalize(sub), sub, "finalized");
+  MP_CALL(g_rank, NULL, ncclxCommDestroy(sub));
+}
+
 static void sizeMismatch(ncclxComm_t comm) {
   float buf[100];
   for (int i = 0; i < 100; i++) buf[i] = (float)i;
@@ -292,6 +328,10 @@ int main(void) {
   }
   commArgs(comm);
   collArgs(comm);
+  stillWorks(comm);
+  lastErrorIsNewest(comm);
+  memFreeForeign();
+  afterFinalize(comm);
   stillWorks(comm);
   sizeMismatch(comm);
   printf("rank %d: bad_args: %ld checks, %ld failures: %s\n", g_rank, g_checks, g_failures,

@@ -627,7 +627,13 @@ int main(void) {
   failed |= runAll("stranger at the root during init", 4, strangerAtInitProc, &s, 30.0);
   if (scenarioFromUniqueId(&s, 5, 10.0)) return 1;
   failed |= runAll("strangers at rank listeners", 5, strangerLaterRank, &s, 30.0);
-  if (scenarioFromString(&s, 3, 10.0)) return 1;
+  /* A job with an identity: the root refuses the duplicate and keeps the first. (Without one,
+   * a duplicate may be another job's rank that arrived first, so the root fails the whole
+   * init instead: tests/init/init_job_identity.c.) */
+  setenv("NCCLX_JOB_ID", "test-bootstrap-duplicate", 1);
+  int dupIdFailed = scenarioFromString(&s, 3, 10.0);
+  unsetenv("NCCLX_JOB_ID");
+  if (dupIdFailed) return 1;
   failed |= runAll("duplicate rank and wrong nranks", 5, duplicateProc, &s, 30.0);
   if (scenarioFromString(&s, 3, 2.0)) return 1;
   failed |= runAll("rank 2 never shows up (2 s timeout)", 3, missingRankProc, &s, 20.0);

@@ -167,6 +167,50 @@ static void testSyntaxError(void) {
   CHECK_CONTAINS(ncclxThreadLastError(), expect);
 }
 
+/* Files as they come from other tools: CRLF line ends, NUL bytes, text after a section
+ * header, a directory where a file is expected. Each is read right or refused with file:line. */
+static void testHostileFiles(void) {
+  char text[600], expect[700];
+  /* CRLF: the \r is not content and does not count toward the line limit (198 characters). */
+  char value[185];
+  memset(value, 'x', sizeof(value) - 1);
+  value[sizeof(value) - 1] = '\0';
+  snprintf(text, sizeof(text), "[core]\r\ntimeout_s = 5\r\nplugin_path = %s\r\n", value);
+  useIni("crlf.ini", text);
+  long l;
+  CHECK(ncclxConfigLoad() == ncclxSuccess);
+  CHECK(ncclxConfigGetInt("core", "timeout_s", 1, 0, 10, &l) == ncclxSuccess && l == 5);
+  const char* pp = ncclxConfigGet("core", "plugin_path");
+  CHECK(pp && strlen(pp) == sizeof(value) - 1 && strchr(pp, '\r') == NULL);
+
+  /* A NUL byte inside a value: refused, not silently truncated. */
+  const char* path = useIni("nul.ini", "");
+  FILE* f = fopen(path, "w");
+  static const char withNul[] = "[core]\nplugin_path = /a\0/b\n";
+  fwrite(withNul, 1, sizeof(withNul) - 1, f);
+  fclose(f);
+  CHECK(ncclxConfigLoad() == ncclxInvalidUsage);
+  snprintf(expect, sizeof(expect), "%s:2: a NUL byte", path);
+  CHECK_CONTAINS(ncclxThreadLastError(), expect);
+
+  /* "[core] junk" is not "[core]"; a comment after the header is fine. */
+  path = useIni("junk.ini", "[core] junk\ntimeout_s = 5\n");
+  CHECK(ncclxConfigLoad() == ncclxInvalidUsage);
+  snprintf(expect, sizeof(expect), "%s:1: text after the [section] header", path);
+  CHECK_CONTAINS(ncclxThreadLastError(), expect);
+  useIni("comment.ini", "[core] ; the core\ntimeout_s = 5\n");
+  CHECK(ncclxConfigLoad() == ncclxSuccess);
+
+  /* NCCLX_CONF_FILE naming a directory. */
+  setenv("NCCLX_CONF_FILE", tmpDir, 1);
+  ncclxConfigReset();
+  ncclxClearThreadError();
+  CHECK(ncclxConfigLoad() == ncclxInvalidUsage);
+  CHECK_CONTAINS(ncclxThreadLastError(), "is a directory");
+  unsetenv("NCCLX_CONF_FILE");
+  ncclxConfigReset();
+}
+
 static void expectBadValue(const char* text, int line, const char* key, const char* why) {
   const char* path = useIni("bad.ini", text);
   CHECK(ncclxConfigLoad() == ncclxInvalidUsage);
@@ -448,6 +492,7 @@ int main(int argc, char** argv) {
 
   testGoodFile();
   testSyntaxError();
+  testHostileFiles();
   testBadValues();
   testWarnings();
   testEnvOverride();

@@ -18,6 +18,17 @@
  *   ("cannot start now"); the core retries. test() reports progress and drives it.
  * - Order: messages on one connection match receives in the order both were posted. The tag
  *   of a send selects which buffer of a grouped receive (n > 1) it fills; it never reorders.
+ * - Signed tags: the core sends every message with a tag that has NCCLX_NET_TAG_SIGNED set and
+ *   a signature of the running call below it (which collective, and its size per rank), and
+ *   posts each receive with the signature it expects. Ranks that disagree on the call, its
+ *   count or its datatype exchange messages that may still be equal in size (whole pipeline
+ *   chunks): only the signature tells. A transport that carries the tag compares a signed
+ *   receive tag with the tag that arrived; when they differ it writes the arrived tag into
+ *   tags[i] (the core keeps that int valid until the request completes) and fails the
+ *   receive with ncclxInvalidUsage, and the core fails every rank naming both calls. Tags
+ *   without the bit are never compared. The built-in shm and socket networks check; a
+ *   plugin that does not leaves the check to message sizes, which catch a mismatch only
+ *   where a message's size differs.
  * - A receive may be larger than the matching send (test() reports the real size); a send
  *   larger than its receive is an error (ncclxRemoteError on at least the receiver).
  * - Each comm must accept NCCLX_NET_MAX_REQUESTS requests in flight. Once test() reports
@@ -38,6 +49,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Signed tags (see "Signed tags" above): the bit, and the signature below it. */
+#define NCCLX_NET_TAG_SIGNED (1 << 30)
+#define NCCLX_NET_TAG_SIGNATURE_MASK (NCCLX_NET_TAG_SIGNED - 1)
 
 /* Version 1 is frozen (docs/plugin-guide.md, "ABI stability"): changes come as a new version. */
 #define NCCLX_NET_ABI_VERSION 1
