@@ -163,6 +163,9 @@ struct bootstrapRoot {
   struct bootstrapStats stats; /* under lock (rendezvous fields: written before it is shared) */
   /* Rendezvous at an anonymous id: why two jobs seem to share the address ("" if not). */
   char conflict[320];
+  /* Rendezvous: what the root saw of ranks that did not join (refused hellos, departures),
+   * for the error that names the missing ranks. */
+  char rdvNotes[512];
 };
 
 struct bootstrap {

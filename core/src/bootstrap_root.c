@@ -186,6 +186,13 @@ static int describeMissing(const int* fds, int first, int end, char* buf, size_t
   return missing;
 }
 
+/* Remember why a rank is missing, for the final error ("; "-separated, bounded). */
+static void rdvNote(struct bootstrapRoot* r, const char* note) {
+  size_t len = strlen(r->rdvNotes);
+  if (len + 8 >= sizeof(r->rdvNotes)) return;
+  snprintf(r->rdvNotes + len, sizeof(r->rdvNotes) - len, "%s%s", len ? "; " : "", note);
+}
+
 /* Validate a complete hello; register the rank or refuse the connection. Returns 1 if kept. */
 static int acceptHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct helloConn* h, int* fds,
                        int* registered) {
@@ -241,6 +248,7 @@ static int acceptHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct 
     return 1;
   }
   WARN("bootstrap: root refused a rank: %s", why);
+  rdvNote(r, why);
   sendTableError(h->fd, r->secret, status, why);
   return 0;
 }
@@ -529,8 +537,11 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
         ssize_t n = recv(fds[i], &c, 1, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
         char who[80];
-        WARN("bootstrap: rank %d (%s) disconnected from the root before init completed", i,
-             bsAddrString(&r->addrs[i], who, sizeof(who)));
+        char note[160];
+        snprintf(note, sizeof(note), "rank %d (%s) connected, then left before init completed (killed or exited?)",
+                 i, bsAddrString(&r->addrs[i], who, sizeof(who)));
+        WARN("bootstrap: %s", note);
+        rdvNote(r, note);
         close(fds[i]);
         fds[i] = -1;
         registered--;
@@ -575,13 +586,16 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
   free(pfds);
   close(lfd); /* the rendezvous is over: nothing may join this id any more */
 
-  char msg[512] = "";
+  char msg[1024] = "";
   if (r->conflict[0]) {
     snprintf(msg, sizeof(msg), "%s", r->conflict);
   } else if (registered < groupSize) {
     char missing[256];
     describeMissing(fds, p->first, p->end, missing, sizeof(missing));
-    if (p->nIds == 1)
+    if (p->nIds == 1 && r->rdvNotes[0])
+      snprintf(msg, sizeof(msg), "%s did not join at the root %s within %g s: %s", missing, rootName, r->timeoutSec,
+               r->rdvNotes);
+    else if (p->nIds == 1)
       snprintf(msg, sizeof(msg), "%s never connected to the root %s within %g s%s", missing, rootName, r->timeoutSec,
                p->anonymous ? " (with no job identity, another job on this address may have met them)" : "");
     else

@@ -82,6 +82,30 @@ static inline ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn,
   return checkDeviceBuffers(comm, fn, send, recv);
 }
 
+/* Buffers that overlap must be NCCL's in-place form exactly (docs/api.md): any other overlap
+ * would have the call read what it already wrote. */
+static ncclxResult_t checkInPlace(struct ncclxComm* comm, const ncclxCollArgs* a, const char* fn) {
+  size_t blk = a->count * collTypeSize(a->datatype), n = (size_t)comm->nranks, sendBytes = blk, recvBytes = blk;
+  uintptr_t send = (uintptr_t)a->sendbuff, recv = (uintptr_t)a->recvbuff, own = (size_t)comm->rank * blk;
+  int inPlace = send == recv; /* addresses as integers: recv - own may lie outside any object */
+  const char* form = "sendbuff == recvbuff";
+  if (a->coll == NCCLX_COLL_ALLGATHER) {
+    recvBytes = n * blk;
+    inPlace = send == recv + own;
+    form = "sendbuff == recvbuff + rank * sendcount";
+  } else if (a->coll == NCCLX_COLL_REDUCESCATTER) {
+    sendBytes = n * blk;
+    inPlace = recv == send + own;
+    form = "recvbuff == sendbuff + rank * recvcount";
+  } else if (a->coll == NCCLX_COLL_ALLTOALL) {
+    sendBytes = recvBytes = n * blk;
+  }
+  if (inPlace || !collRangesOverlap(a->sendbuff, sendBytes, a->recvbuff, recvBytes)) return ncclxSuccess;
+  return commArgError(comm, ncclxInvalidArgument,
+                      "%s: sendbuff %p and recvbuff %p overlap but are not the in-place form (%s)", fn,
+                      a->sendbuff, (void*)a->recvbuff, form);
+}
+
 static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
   const char* fn = collFuncName(a->coll);
   NCCLX_CHECK(checkType(comm, a->datatype, fn));
@@ -111,6 +135,11 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
     if ((anySend && !a->sendbuff) || (anyRecv && !a->recvbuff))
       return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL but its counts are not all zero", fn,
                       anySend && !a->sendbuff ? "sendbuff" : "recvbuff");
+    /* Checked here, not in the algorithm: a bad argument leaves the communicator usable. */
+    int r = comm->rank;
+    if (a->sendcounts[r] != a->recvcounts[r])
+      return commArgError(comm, ncclxInvalidArgument, "%s: rank %d sends %zu elements to itself but receives %zu",
+                          fn, r, a->sendcounts[r], a->recvcounts[r]);
     return ncclxSuccess;
   }
   if (a->count == 0 || a->coll == NCCLX_COLL_BARRIER) return ncclxSuccess;
@@ -120,7 +149,7 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
     return commArgError(comm, ncclxInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, a->count);
   if (needRecv && !a->recvbuff)
     return commArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, a->count);
-  return ncclxSuccess;
+  return needSend && needRecv ? checkInPlace(comm, a, fn) : ncclxSuccess;
 }
 
 /* ---------------- execution ---------------- */

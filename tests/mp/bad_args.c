@@ -245,7 +245,6 @@ static void stillWorks(ncclxComm_t comm) {
   expectTrue("AllReduce after refused calls is correct", bad == 0);
 }
 
-/* Rank 0 sends 100 floats, rank 1 posts a receive of 50. */
 /* ncclxGetLastError(comm) says what the last call got wrong, also when that call failed
  * before touching the communicator (a split's bad color after a collective's bad op). */
 static void lastErrorIsNewest(ncclxComm_t comm) {
@@ -253,6 +252,24 @@ static void lastErrorIsNewest(ncclxComm_t comm) {
   ncclxComm_t nc = NULL;
   expectBad("ncclxAllReduce(op 42) first", ncclxAllReduce(&x, &x, 1, ncclxFloat32, BADOP, comm, NULL), comm, "op");
   expectBad("then ncclxCommSplit(color -7)", ncclxCommSplit(comm, -7, 0, &nc, NULL), comm, "color");
+}
+
+/* Overlaps that are not the in-place form, and an all-to-all-v whose self counts differ, are
+ * argument errors: refused on every rank alike, the communicator usable after them. */
+static void overlapAndSelfCounts(ncclxComm_t comm) {
+  float* b = calloc(64, sizeof(float));
+  expectBad("ncclxAllGather(recv + 1, recv)", ncclxAllGather(b + 1, b, 4, ncclxFloat32, comm, NULL), comm,
+            "in-place");
+  expectBad("ncclxReduceScatter(send, send + 1)",
+            ncclxReduceScatter(b, b + 1, 4, ncclxFloat32, ncclxSum, comm, NULL), comm, "in-place");
+  expectBad("ncclxAllReduce(buf, buf + 1)", ncclxAllReduce(b, b + 1, 4, ncclxFloat32, ncclxSum, comm, NULL), comm,
+            "in-place");
+  expectBad("ncclxAllToAll(buf, buf + 1)", ncclxAllToAll(b, b + 1, 4, ncclxFloat32, comm, NULL), comm, "in-place");
+  size_t sc[2] = {1, 1}, rc[2] = {1, 1}, d[2] = {0, 8};
+  rc[g_rank] = 2;
+  expectBad("ncclxAllToAllv(self counts 1 and 2)", ncclxAllToAllv(b, sc, d, b + 16, rc, d, ncclxFloat32, comm, NULL),
+            comm, "itself");
+  free(b);
 }
 
 /* ncclxMemFree takes only what ncclxMemAlloc returned, once. */
@@ -282,6 +299,7 @@ static void afterFinalize(ncclxComm_t comm) {
   MP_CALL(g_rank, NULL, ncclxCommDestroy(sub));
 }
 
+/* Rank 0 sends 100 floats, rank 1 posts a receive of 50. */
 static void sizeMismatch(ncclxComm_t comm) {
   float buf[100];
   for (int i = 0; i < 100; i++) buf[i] = (float)i;
@@ -330,6 +348,8 @@ int main(void) {
   collArgs(comm);
   stillWorks(comm);
   lastErrorIsNewest(comm);
+  overlapAndSelfCounts(comm);
+  stillWorks(comm);
   memFreeForeign();
   afterFinalize(comm);
   stillWorks(comm);

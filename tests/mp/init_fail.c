@@ -2,18 +2,28 @@
  *
  *   init_fail rank-missing   3 ranks, rank 2 never starts: ranks 0 and 1 fail
  *   init_fail root-missing   3 ranks, rank 0 (the rendezvous root) never starts: 1 and 2 fail
+ *   init_fail rank-left      rank 2 joins, is killed, and rank 1 joins 1 s later: 0 and 1 fail
+ *                            saying rank 2 connected and left (not "never connected")
+ *   init_fail wrong-nranks   rank 2 says nranks = 4: it fails at once naming both counts; 0
+ *                            and 1 fail at the timeout, and their error says why rank 2 is
+ *                            missing (nranks=4)
  *
  * [core] timeout_s = 3 (NCCLX_CORE_TIMEOUT_S). Every started rank must get an error from
  * ncclxCommInitRank within 12 s (not before 1 s: it has to wait for the missing rank) with a
  * non-empty ncclxGetLastError(NULL). Ranks are forked children; the parent creates the id. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mp_fork.h"
 #include "mp_util.h"
 
 #define NRANKS 3
+
+static const char* g_expect; /* a word every surviving rank's error must contain, or NULL */
+static double g_minSec = 1.0; /* no rank may fail sooner: it has to wait for the missing one */
 
 static int initRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   (void)arg;
@@ -37,23 +47,65 @@ static int initRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   if (!msg || !*msg) {
     fprintf(stderr, "rank %d: FAIL: empty ncclxGetLastError(NULL)\n", rank);
     bad++;
+  } else if (g_expect && !mpContainsCI(msg, g_expect)) {
+    fprintf(stderr, "rank %d: FAIL: the error does not say \"%s\"\n", rank, g_expect);
+    bad++;
   }
-  if (dt > 12.0 || dt < 1.0) {
-    fprintf(stderr, "rank %d: FAIL: failed after %.2f s, expected 1-12 s with timeout_s=3\n", rank, dt);
+  if (dt > 12.0 || dt < g_minSec) {
+    fprintf(stderr, "rank %d: FAIL: failed after %.2f s, expected %.1f-12 s with timeout_s=3\n", rank, dt, g_minSec);
     bad++;
   }
   return bad ? 1 : 0;
 }
 
+/* A rank that says nranks = 4 where the others say 3: refused at once, naming both. */
+static int wrongNranksRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)nranks, (void)arg;
+  ncclxComm_t comm = NULL;
+  double t0 = mpNow();
+  ncclxResult_t res = ncclxCommInitRank(&comm, NRANKS + 1, id, rank);
+  const char* msg = ncclxGetLastError(NULL);
+  printf("rank %d (nranks %d): returned %s after %.2f s: \"%s\"\n", rank, NRANKS + 1, ncclxGetErrorString(res),
+         mpNow() - t0, msg);
+  if (res == ncclxSuccess || !mpContainsCI(msg, "nranks=4") || !mpContainsCI(msg, "nranks=3")) {
+    fprintf(stderr, "rank %d: FAIL: expected a refusal naming nranks=4 and nranks=3\n", rank);
+    return 1;
+  }
+  return mpNow() - t0 < 2.0 ? 0 : 1;
+}
+
+/* Rank 2 joins and then is killed; rank 1 arrives after that. */
+static int runRankLeft(ncclxUniqueId id, double t0) {
+  mpJob job;
+  mpJobInit(&job, NRANKS);
+  mpJobSpawn(&job, 0, initRank, id, NULL);
+  mpJobSpawn(&job, 2, initRank, id, NULL);
+  usleep(1000000);
+  kill(job.pid[2], SIGKILL);
+  usleep(1000000); /* the root notices a departure within its 0.2 s sweep */
+  mpJobSpawn(&job, 1, initRank, id, NULL);
+  int survivors[2] = {0, 1};
+  mpJobWait(&job, survivors, 2, t0 + 30.0);
+  int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
+  mpJobKillRest(&job);
+  printf("init_fail rank-left: %.1f s: %s\n", mpNow() - t0, bad ? "FAIL" : "PASS");
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const char* sc = argc > 1 ? argv[1] : "";
-  int missing;
+  int missing = -1;
   if (!strcmp(sc, "rank-missing")) {
     missing = 2;
   } else if (!strcmp(sc, "root-missing")) {
     missing = 0;
+  } else if (!strcmp(sc, "rank-left")) {
+    g_expect = "left";
+    g_minSec = 0.3; /* rank 1 arrives 2 s late: it waits only what is left of the 3 s */
+  } else if (!strcmp(sc, "wrong-nranks")) {
+    g_expect = "nranks=4";
   } else {
-    fprintf(stderr, "usage: %s rank-missing|root-missing\n", argv[0]);
+    fprintf(stderr, "usage: %s rank-missing|root-missing|rank-left|wrong-nranks\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -61,12 +113,13 @@ int main(int argc, char** argv) {
   double t0 = mpNow();
   ncclxUniqueId id;
   MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
+  if (!strcmp(sc, "rank-left")) return runRankLeft(id, t0);
   mpJob job;
   mpJobInit(&job, NRANKS);
   int started[NRANKS], n = 0;
   for (int r = 0; r < NRANKS; r++) {
     if (r == missing) continue;
-    mpJobSpawn(&job, r, initRank, id, NULL);
+    mpJobSpawn(&job, r, r == 2 && g_expect ? wrongNranksRank : initRank, id, NULL);
     started[n++] = r;
   }
   mpJobWait(&job, started, n, t0 + 30.0);
