@@ -38,6 +38,8 @@
 #define MAX_ABORT_TEXT 4096
 #define OUT_CACHE_MAX 128      /* cached outgoing connections before the oldest is closed */
 #define MAX_PENDING_HELLOS 512 /* unidentified connections the root keeps during init */
+#define HELLO_WAIT_SEC 1.0     /* ... each for this long: a rank says hello as it connects */
+#define HELLO_WAIT_TEXT "1 s"
 #define LISTEN_BACKLOG 1024
 #define TAG_ADDR_GATHER 0xfffff001u /* root view: the address all-gather right after the rendezvous */
 #define TAG_ROOT_EXCHANGE 0xfffff002u /* multi-root: the roots' all-gather of their groups */
@@ -166,6 +168,7 @@ struct bootstrapRoot {
   /* Rendezvous: what the root saw of ranks that did not join (refused hellos, departures),
    * for the error that names the missing ranks. */
   char rdvNotes[512];
+  int rdvDroppedSilent; /* connections dropped for saying no hello */
 };
 
 struct bootstrap {

@@ -103,6 +103,7 @@ struct rdvPlan {
 
 struct helloConn {
   int fd;
+  double since; /* accepted at (bsNow) */
   char name[64];
   size_t got;
   struct helloMsg msg;
@@ -283,7 +284,31 @@ static void dropHello(struct helloConn* h) {
   h->payload = NULL;
 }
 
+/* A connection that never identified itself; counted for the error if ranks are missing. */
+static void dropSilent(struct bootstrapRoot* r, struct helloConn* h, const char* why) {
+  if (r->rdvDroppedSilent++ < 3)
+    WARN("bootstrap: root dropped connection from %s: %s%s", helloName(h), why,
+         r->rdvDroppedSilent == 3 ? " (further ones are counted, not logged)" : "");
+  dropHello(h);
+}
+
 /* Read what a pending connection sent. Returns 1 to keep it pending, 0 when it was handled. */
+/* A rank sends its hello as soon as it connects: one silent for HELLO_WAIT_SEC is not a
+ * rank. pfds[1 + i] belongs to pending[i] and moves with it. */
+static void dropSilentPending(struct bootstrapRoot* r, struct helloConn* pending, struct pollfd* pfds, int* nPending) {
+  double now = bsNow();
+  for (int i = 0; i < *nPending;) {
+    if (now - pending[i].since > HELLO_WAIT_SEC && !pfds[1 + i].revents) {
+      dropSilent(r, &pending[i], "no hello within " HELLO_WAIT_TEXT);
+      memmove(&pending[i], &pending[i + 1], sizeof(*pending) * (size_t)(*nPending - i - 1));
+      memmove(&pfds[1 + i], &pfds[2 + i], sizeof(*pfds) * (size_t)(*nPending - i - 1));
+      (*nPending)--;
+      continue;
+    }
+    i++;
+  }
+}
+
 static int progressHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct helloConn* h, int* fds,
                          int* registered, char* rootSeen, int* rootIn) {
   for (;;) {
@@ -527,7 +552,12 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
     for (int i = p->first + 1; sweep && i < p->end; i++)
       if (fds[i] >= 0) pfds[np++] = (struct pollfd){fds[i], POLLIN, 0};
     int slice = rootOut < p->nRootPeers ? POLL_SLICE_MS : POLL_SLICE_MS * 5;
-    if (poll(pfds, (nfds_t)np, bsSliceUntil(deadline, slice)) <= 0) continue;
+    int ready = poll(pfds, (nfds_t)np, bsSliceUntil(deadline, slice));
+    if (ready <= 0) {
+      for (int i = 0; i < nPending; i++) pfds[1 + i].revents = 0;
+      dropSilentPending(r, pending, pfds, &nPending);
+      continue;
+    }
 
     /* A joined rank must stay silent until it gets its reply: anything else means it left. */
     for (int i = p->first + 1, k = 1 + nPending; sweep && i < p->end; i++) {
@@ -547,6 +577,7 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
         registered--;
       }
     }
+    dropSilentPending(r, pending, pfds, &nPending);
     for (int i = 0; i < nPending;) {
       if (pfds[1 + i].revents && !progressHello(r, p, &pending[i], fds, &registered, rootSeen, &rootIn)) {
         /* Handled: keep pfds aligned with pending by moving the tail entries down. */
@@ -564,12 +595,13 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
         int fd = accept4(lfd, (struct sockaddr*)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         r->stats.rdvConns++;
-        struct helloConn h = {.fd = fd};
+        struct helloConn h = {.fd = fd, .since = bsNow()};
         if (nPending == MAX_PENDING_HELLOS) {
-          WARN("bootstrap: root refused connection from %s: %d connections are already waiting to identify", helloName(&h),
-               MAX_PENDING_HELLOS);
-          close(fd);
-          continue;
+          /* Full of connections that say nothing: make room by dropping the oldest, so a
+           * flood cannot keep a genuine rank (which says hello at once) out. */
+          dropSilent(r, &pending[0], "it was the oldest of too many unidentified connections");
+          memmove(&pending[0], &pending[1], sizeof(*pending) * (size_t)(nPending - 1));
+          nPending--;
         }
         /* Read right away: a well-behaved rank has usually sent its hello already. */
         if (progressHello(r, p, &h, fds, &registered, rootSeen, &rootIn)) pending[nPending++] = h;
@@ -592,6 +624,12 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
   } else if (registered < groupSize) {
     char missing[256];
     describeMissing(fds, p->first, p->end, missing, sizeof(missing));
+    if (r->rdvDroppedSilent) {
+      char note[160];
+      snprintf(note, sizeof(note), "the root dropped %d connections that sent no hello (flooded by something that "
+               "is not a rank?)", r->rdvDroppedSilent);
+      rdvNote(r, note);
+    }
     if (p->nIds == 1 && r->rdvNotes[0])
       snprintf(msg, sizeof(msg), "%s did not join at the root %s within %g s: %s", missing, rootName, r->timeoutSec,
                r->rdvNotes);

@@ -7,6 +7,8 @@
  *   init_job_identity two-jobs-id RUNS  the same, each job with its own NCCLX_JOB_ID
  *   init_job_identity stranger          a 2-rank job with NCCLX_JOB_SECRET; a process without
  *                                       it starts first as rank 1 and must not get in
+ *   init_job_identity flood             600 silent connections to the root before rank 1
+ *                                       arrives: the job must still start
  *
  * Every rank must end with its job's correct sum or an error sentence; no run may mix. */
 #include <arpa/inet.h>
@@ -154,12 +156,53 @@ static int stranger(void) {
   return ok ? 0 : 1;
 }
 
+/* Connect to 127.0.0.1:port, retrying while nothing listens yet; -1 after 5 s. */
+static int connectLoopback(int port) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  for (int tries = 0; tries < 500; tries++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr*)&a, sizeof(a)) == 0) return fd;
+    if (fd >= 0) close(fd);
+    usleep(10000);
+  }
+  return -1;
+}
+
+static int flood(void) {
+  enum { FLOOD = 600 };
+  int port = freePort();
+  RankSpec root = {.rank = 0, .nranks = 2, .port = port, .value = 1, .expectSum = 2, .jobSecret = "flood-job"};
+  RankSpec rank1 = root;
+  rank1.rank = 1;
+  pid_t pids[2];
+  pids[0] = fork();
+  if (pids[0] == 0) _exit(runRank(&root));
+  static int fds[FLOOD];
+  int opened = 0;
+  for (int i = 0; i < FLOOD; i++)
+    if ((fds[i] = connectLoopback(port)) >= 0) opened++;
+  pids[1] = fork();
+  if (pids[1] == 0) _exit(runRank(&rank1));
+  int st[2];
+  for (int i = 0; i < 2; i++) waitpid(pids[i], &st[i], 0);
+  for (int i = 0; i < FLOOD; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  int ok = opened == FLOOD && WIFEXITED(st[0]) && WEXITSTATUS(st[0]) == EXIT_CORRECT && WIFEXITED(st[1]) &&
+           WEXITSTATUS(st[1]) == EXIT_CORRECT;
+  printf("flood: %d silent connections held; ranks exit %d and %d (0: correct sum): %s\n", opened,
+         WIFEXITED(st[0]) ? WEXITSTATUS(st[0]) : -1, WIFEXITED(st[1]) ? WEXITSTATUS(st[1]) : -1,
+         ok ? "passed" : "FAILED");
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   setenv("NCCLX_CORE_TIMEOUT_S", "3", 0);
   setenv("NCCLX_NET_SOCKET_IFNAME", "lo", 0);
   if (argc >= 2 && !strcmp(argv[1], "stranger")) return stranger();
+  if (argc >= 2 && !strcmp(argv[1], "flood")) return flood();
   if (argc >= 3 && !strcmp(argv[1], "two-jobs")) return twoJobs(atoi(argv[2]), 0);
   if (argc >= 3 && !strcmp(argv[1], "two-jobs-id")) return twoJobs(atoi(argv[2]), 1);
-  fprintf(stderr, "usage: %s two-jobs RUNS | two-jobs-id RUNS | stranger\n", argv[0]);
+  fprintf(stderr, "usage: %s two-jobs RUNS | two-jobs-id RUNS | stranger | flood\n", argv[0]);
   return 2;
 }
