@@ -262,6 +262,7 @@ static struct ncclxComm* commAlloc(int rank, int nranks) {
   comm->rank = rank;
   comm->nranks = nranks;
   xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER);
+  comm->lastFuseAlgo = -1;
   pthread_mutex_init(&comm->connLock, NULL);
   pthread_mutex_init(&comm->execLock, NULL);
   pthread_mutex_init(&comm->errLock, NULL);
@@ -286,6 +287,7 @@ static void commFreeResources(struct ncclxComm* comm) {
   comm->conns = NULL;
   collHierCommFree(comm);
   collLLCommFree(comm);
+  fuseAutoFree(comm);
   free(comm->scratch);
   comm->scratch = NULL;
   comm->scratchSize = 0;

@@ -122,6 +122,8 @@ struct ncclxComm {
   /* Plugins. */
   const ncclxTuner_t* tuner;
   void* tunerCtx;
+  struct fuseAutoTable* fuseAuto;  /* commfuse_auto.c: NCCLX_FUSE_AUTO's choices per shape */
+  int lastFuseAlgo, lastFuseSlices;  /* the schedule the last fused call ran; algo -1: none */
   const ncclxProfiler_t* profiler;
   void* profilerCtx;
 
@@ -161,6 +163,8 @@ static inline ncclxResult_t commCheckHealthy(struct ncclxComm* comm) {
 }
 /* What every bounded wait polls: the error to return if this comm was aborted or failed, or
  * if another rank's abort notice arrived on the bootstrap (recorded here), else ncclxSuccess. */
+/* Frees the communicator's NCCLX_FUSE_AUTO choices (commfuse_auto.c). */
+void fuseAutoFree(struct ncclxComm* comm);
 ncclxResult_t commPollAbort(struct ncclxComm* comm);
 /* "rank 3 (host h, pid p)" into buf. */
 const char* commDescribeRank(const struct ncclxComm* comm, int rank, char* buf, size_t size);

@@ -20,10 +20,22 @@ static const char* const algoNames[ncclxFuseNumAlgos] = {
     [ncclxFuseSliced] = "sliced",
     [ncclxFuseRingP2P] = "ring_p2p",
     [ncclxFuseDirectP2P] = "direct_p2p",
+    [ncclxFuseAuto] = "auto",
 };
 
 API const char* ncclxFuseAlgoName(ncclxFuseAlgo_t algo) {
   return (unsigned)algo < ncclxFuseNumAlgos ? algoNames[algo] : "unknown";
+}
+
+API ncclxResult_t ncclxFuseLastSchedule(ncclxComm_t comm, ncclxFuseSchedule_t* schedule) {
+  NCCLX_CHECK(commCheckHandle(comm));
+  if (!schedule) return commArgError(comm, ncclxInvalidArgument, "ncclxFuseLastSchedule: schedule is NULL");
+  int ref = commExecLock(comm); /* a queued fused call may be running */
+  int algo = comm->lastFuseAlgo, slices = comm->lastFuseSlices;
+  commExecUnlock(comm, ref);
+  if (algo < 0) return commArgError(comm, ncclxInvalidUsage, "ncclxFuseLastSchedule: no fused call has run on this communicator");
+  *schedule = (ncclxFuseSchedule_t){(ncclxFuseAlgo_t)algo, slices, 0, 0.0};
+  return ncclxSuccess;
 }
 
 API int ncclxFuseSchedulePieces(ncclxFuseSchedule_t schedule, size_t count, ncclxDataType_t datatype,
@@ -49,7 +61,8 @@ static ncclxResult_t checkSchedule(struct ncclxComm* comm, ncclxFuseSchedule_t* 
   if (s->algo == ncclxFuseRingP2P && s->slices < 0)
     return commArgError(comm, ncclxInvalidArgument, "%s: RING_P2P needs pieces (slices) >= 1, or 0 for automatic, not %d",
                         fn, s->slices);
-  if (s->algo != ncclxFuseSliced && s->algo != ncclxFuseRingP2P) s->slices = 1;
+  if (s->algo == ncclxFuseAuto) s->slices = 0;
+  else if (s->algo != ncclxFuseSliced && s->algo != ncclxFuseRingP2P) s->slices = 1;
   if (s->unit == 0) s->unit = 1;
   if (count % s->unit != 0)
     return commArgError(comm, ncclxInvalidArgument, "%s: count %zu is not a multiple of the schedule's unit %zu", fn, count,
@@ -98,6 +111,34 @@ static void* profStartFused(fuseOp* f, ncclxStream_t stream) {
   return profCollStart(f->comm, &a, f->seq, stream);
 }
 
+/* AUTO measures the callbacks: the caller's run behind these, on the executing thread
+ * (monotonic time: a thread CPU clock costs a system call per read, microseconds in a VM). */
+
+static int timedConsume(void* user, int src, size_t off, const void* data, size_t count) {
+  fuseOp* f = user;
+  double t0 = fuseNow();
+  int rc = f->userConsume(f->userData, src, off, data, count);
+  f->computeSec += fuseNow() - t0;
+  return rc;
+}
+
+static int timedProduce(void* user, int dst, size_t off, void* out, size_t count) {
+  fuseOp* f = user;
+  double t0 = fuseNow();
+  int rc = f->userProduce(f->userData, dst, off, out, count);
+  f->computeSec += fuseNow() - t0;
+  return rc;
+}
+
+static void timeCallbacks(fuseOp* f) {
+  f->userConsume = f->consume;
+  f->userProduce = f->produce;
+  f->userData = f->user;
+  if (f->consume) f->consume = timedConsume;
+  if (f->produce) f->produce = timedProduce;
+  f->user = f;
+}
+
 static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
   struct ncclxComm* comm = f->comm;
   ncclxLogSetRank(comm->rank);
@@ -110,6 +151,8 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     f->seq = ++comm->collSeq; /* every rank makes the same calls: sequences stay in step */
     comm->curOpName = f->name;
     comm->curOpSeq = f->seq;
+    fuseAutoResolve(f); /* AUTO: this shape's schedule, before anything reads f->sched */
+    if (f->autoShape) timeCallbacks(f);
     INFO(NCCLX_LOG_COLL, "%s #%llu: count %zu %s schedule %s(%d) comm %s nranks %d", f->name,
          (unsigned long long)f->seq, f->count, ncclxTypeName(f->type),
          ncclxFuseAlgoName(f->sched.algo), f->sched.slices, comm->name, comm->nranks);
@@ -127,6 +170,9 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     xferSetCall(comm, XFER_SIG_FUSE + (int)f->kind, f->count * f->typeSize); /* messages carry it */
     if (res == ncclxSuccess && f->count > 0)
       res = f->kind == FUSE_AG ? fuseAllGather(f) : f->kind == FUSE_RS ? fuseReduceScatter(f) : fuseAllToAll(f);
+    res = fuseAutoRecord(f, res);
+    comm->lastFuseAlgo = (int)f->sched.algo;
+    comm->lastFuseSlices = f->sched.slices;
     if (fuseHelperBusy(f->helper)) { /* only after an error path that left it running */
       atomic_store(&comm->abortFlag, 1);
       (void)fuseHelperWait(f->helper, 0, NULL, 0);

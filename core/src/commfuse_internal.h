@@ -45,7 +45,24 @@ typedef struct fuseOp {
   char* jobBase; /* all-to-all slice jobs: the staged blocks */
   size_t jobOff, jobLen;
   double* linkEnd;   /* emulated link: when the link to each peer is free again */
+
+  /* NCCLX_FUSE_AUTO (commfuse_auto.c): the shape's record, and the callbacks' time. */
+  struct fuseAutoShape* autoShape;
+  double computeSec;
+  double autoStart; /* when the call's schedule started (fuseNow) */
+  ncclxFuseConsumeFn userConsume; /* the caller's callbacks, behind timing wrappers */
+  ncclxFuseProduceFn userProduce;
+  void* userData;
 } fuseOp;
+
+/* ---- the automatic schedule (commfuse_auto.c) ---- */
+/* f->sched AUTO: replace it with the schedule chosen for f's shape (else nothing). */
+void fuseAutoResolve(fuseOp* f);
+/* After the call: record the callbacks' time; on agreement calls, exchange it (bootstrap)
+ * and choose again. Returns res, or the exchange's error. */
+ncclxResult_t fuseAutoRecord(fuseOp* f, ncclxResult_t res);
+/* Estimated microseconds of one call (exported for the unit test). */
+double fuseAutoEstimate(int algo, int k, int n, double blockUs, double alphaUs, double computeUs);
 
 /* ---- time and the emulated link (commfuse_flow.c) ---- */
 double fuseNow(void); /* CLOCK_MONOTONIC, seconds */

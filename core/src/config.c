@@ -126,6 +126,7 @@ static const KnownKey knownKeys[] = {
     {"core", "plugin_path", KEY_PATH_LIST, 0, 0},
     {"core", "check_mismatch", KEY_BOOL, 0, 0},
     {"core", "ll_max_bytes", KEY_SIZE, 0, 16384},
+    {"core", "fuse_auto_explore", KEY_BOOL, 0, 0},
     {"net", "plugin", KEY_NAME_LIST, 0, 0},
     {"net", "device", KEY_INT, 0, NCCLX_NET_DEVICE_MAX},
     {"tuner", "plugin", KEY_NAME, 0, 0},

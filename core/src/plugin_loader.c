@@ -431,6 +431,22 @@ ncclxResult_t ncclxTunerAcquire(const ncclxTuner_t** out) {
 }
 void ncclxTunerRelease(void) { optionalRelease(&tunerState); }
 
+const ncclxTunerFuse_v1_t* pluginTunerFuse(const ncclxTuner_t* tuner) {
+  if (!tuner) return NULL;
+  pthread_mutex_lock(&loaderLock);
+  const ncclxTunerFuse_v1_t* fuse = NULL;
+  if (tunerState.refs > 0 && tunerState.plugin == tuner && tunerState.dl) {
+    fuse = dlsym(tunerState.dl, NCCLX_TUNER_FUSE_SYMBOL);
+    if (fuse && fuse->abiVersion != NCCLX_TUNER_FUSE_ABI_VERSION) {
+      WARN("tuner '%s': %s has ABI version %d, this core reads %d: ignored", tuner->name, NCCLX_TUNER_FUSE_SYMBOL,
+           fuse->abiVersion, NCCLX_TUNER_FUSE_ABI_VERSION);
+      fuse = NULL;
+    }
+  }
+  pthread_mutex_unlock(&loaderLock);
+  return fuse;
+}
+
 ncclxResult_t ncclxProfilerAcquire(const ncclxProfiler_t** out) {
   if (out == NULL) return ncclxSetError(ncclxInvalidArgument, "ncclxProfilerAcquire: out is NULL");
   const void* p = NULL;

@@ -23,6 +23,9 @@ void ncclxNetRelease(void);
 /* Tuner and profiler: *out = NULL when none is configured or it was refused. */
 ncclxResult_t ncclxTunerAcquire(const ncclxTuner_t** out);
 void ncclxTunerRelease(void);
+/* The loaded tuner's optional CommFuse entry (tuner.h), or NULL: absent, another ABI
+ * version, or tuner is not the loaded one. */
+const ncclxTunerFuse_v1_t* pluginTunerFuse(const ncclxTuner_t* tuner);
 ncclxResult_t ncclxProfilerAcquire(const ncclxProfiler_t** out);
 void ncclxProfilerRelease(void);
 

@@ -74,7 +74,7 @@ static int consumeCb(void* user, int src, size_t off, const void* data, size_t c
     return 0;
   }
   int* calls = c->a2a ? &c->consumeCalls : &c->calls;
-  if (src != expectedBlock(c, 1, *calls)) c->orderErrors++;
+  if (c->sched.algo != ncclxFuseAuto && src != expectedBlock(c, 1, *calls)) c->orderErrors++;
   (*calls)++;
   size_t at = ((size_t)src * c->count + off) * c->ts;
   if ((const unsigned char*)data != c->recv + at) c->ptrErrors++;
@@ -90,7 +90,7 @@ static int produceCb(void* user, int dst, size_t off, void* out, size_t count) {
     c->rangeErrors++;
     return 0;
   }
-  if (dst != expectedBlock(c, 0, c->calls)) c->orderErrors++;
+  if (c->sched.algo != ncclxFuseAuto && dst != expectedBlock(c, 0, c->calls)) c->orderErrors++;
   c->calls++;
   for (size_t i = 0; i < count; i++) {
     mpSet(out, i, c->type, inputValue(c->rank, dst, off + i, c->type, c->op));
@@ -136,6 +136,19 @@ static int slicesUsed(const ncclxFuseSchedule_t* s, size_t count, ncclxDataType_
   return p;
 }
 
+/* AUTO: the order of the callbacks is the chosen schedule's, which the library says after
+ * the call (ncclxFuseLastSchedule): count the calls against that one. */
+static void resolveAuto(ncclxComm_t comm, Ctx* c, int a2a) {
+  if (c->sched.algo != ncclxFuseAuto) return;
+  ncclxFuseSchedule_t ran;
+  if (ncclxFuseLastSchedule(comm, &ran) != ncclxSuccess || ran.algo == ncclxFuseAuto || ran.algo >= ncclxFuseNumAlgos) {
+    fail(c, "auto", "ncclxFuseLastSchedule did not name the schedule AUTO ran");
+    return;
+  }
+  ran.unit = c->sched.unit;
+  c->slices = slicesUsed(&ran, c->count, c->type, c->nranks, a2a);
+}
+
 static void runAllGather(ncclxComm_t comm, Ctx* c, ncclxStream_t stream, int inPlace) {
   int n = c->nranks;
   size_t blk = c->count * c->ts, total = (size_t)n * blk;
@@ -158,6 +171,7 @@ static void runAllGather(ncclxComm_t comm, Ctx* c, ncclxStream_t stream, int inP
   }
   MP_CALL(c->rank, comm, ncclxAllGatherCompute(src, recv.ptr, c->count, c->type, consumeCb, c, c->sched, comm, stream));
   if (stream) MP_CALL(c->rank, comm, ncclxStreamSynchronize(stream));
+  resolveAuto(comm, c, 0);
   if (memcmp(recv.ptr, ref, total) != 0) fail(c, "result", "recvbuff differs from ncclxAllGather");
   if (memcmp(c->seen, ref, total) != 0) fail(c, "consumed data", "what consume saw differs from ncclxAllGather");
   if (mpBufGuardDamage(&recv)) fail(c, "guards", "bytes outside recvbuff were written");
@@ -190,6 +204,7 @@ static void runReduceScatter(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
   MP_CALL(c->rank, comm, ncclxReduceScatter(send, ref, c->count, c->type, c->op, comm, NULL));
   MP_CALL(c->rank, comm, ncclxComputeReduceScatter(produceCb, c, recv.ptr, c->count, c->type, c->op, c->sched, comm, stream));
   if (stream) MP_CALL(c->rank, comm, ncclxStreamSynchronize(stream));
+  resolveAuto(comm, c, 0);
   if (memcmp(recv.ptr, ref, blk) != 0) {
     char msg[160];
     size_t i = 0;
@@ -229,6 +244,7 @@ static void runAllToAll(ncclxComm_t comm, Ctx* c, ncclxStream_t stream) {
   MP_CALL(c->rank, comm, ncclxAllToAll(send, ref, c->count, c->type, comm, NULL));
   MP_CALL(c->rank, comm, ncclxAllToAllCompute(produceCb, consumeCb, c, recv.ptr, c->count, c->type, c->sched, comm, stream));
   if (stream) MP_CALL(c->rank, comm, ncclxStreamSynchronize(stream));
+  resolveAuto(comm, c, 1);
   if (memcmp(recv.ptr, ref, total) != 0) fail(c, "result", "recvbuff differs from ncclxAllToAll");
   if (memcmp(c->seen, ref, total) != 0) fail(c, "consumed data", "what consume saw differs from ncclxAllToAll");
   if (mpBufGuardDamage(&recv)) fail(c, "guards", "bytes outside recvbuff were written");
@@ -295,7 +311,7 @@ static void runSizeSweep(ncclxComm_t comm, Ctx* c) {
   ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL,       NCCLX_FUSE_SLICED(2),
                                   NCCLX_FUSE_SLICED(3),        NCCLX_FUSE_RING_P2P,
                                   NCCLX_FUSE_RING_P2P_PIECES(2), NCCLX_FUSE_RING_P2P_PIECES(3),
-                                  NCCLX_FUSE_DIRECT_P2P};
+                                  NCCLX_FUSE_DIRECT_P2P,       NCCLX_FUSE_AUTO};
   c->type = ncclxFloat32;
   c->ts = 4;
   c->op = ncclxSum;
@@ -317,6 +333,9 @@ static void runLarge(ncclxComm_t comm, Ctx* c) {
   c->op = ncclxSum;
   c->count = (size_t)16 << 20;
   c->sched = NCCLX_FUSE_RING_P2P;
+  runAllGather(comm, c, NULL, 0);
+  runReduceScatter(comm, c, NULL);
+  c->sched = NCCLX_FUSE_AUTO;
   runAllGather(comm, c, NULL, 0);
   runReduceScatter(comm, c, NULL);
   if (c->nranks <= 3) runAllToAll(comm, c, NULL); /* n x 64 MiB per buffer: memory */
@@ -349,7 +368,7 @@ static int rankMain(int rank, int nranks, ncclxUniqueId id, void* arg) {
   static const size_t counts[] = {1, 37, 1000};
   ncclxFuseSchedule_t scheds[] = {NCCLX_FUSE_SEQUENTIAL, NCCLX_FUSE_SLICED(1), NCCLX_FUSE_SLICED(2),
                                   NCCLX_FUSE_SLICED(3), NCCLX_FUSE_RING_P2P, NCCLX_FUSE_RING_P2P_PIECES(3),
-                                  NCCLX_FUSE_DIRECT_P2P};
+                                  NCCLX_FUSE_DIRECT_P2P, NCCLX_FUSE_AUTO};
   int nscheds = (int)(sizeof(scheds) / sizeof(scheds[0]));
 
   for (int ti = 0; ti < ntypes; ti++)

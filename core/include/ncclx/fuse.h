@@ -25,7 +25,9 @@
  *   RING_P2P      CommFuse: N-1 ring steps, one block of compute per step while the next
  *                 block moves (AG), or while the previous partial moves (RS);
  *   DIRECT_P2P    pairwise steps: each rank sends its own block (AG), or its partial for
- *                 block b straight to rank b (RS, then a local reduction).
+ *                 block b straight to rank b (RS, then a local reduction);
+ *   AUTO          the library picks one of these and its pieces per call shape, from the
+ *                 cost model's transfer time and the callbacks' measured time (use this).
  *
  * Semantics, every schedule: the results equal the unfused collective followed (AG) or
  * preceded (RS) by the same callbacks. Callbacks run on the thread executing the call (the
@@ -52,7 +54,8 @@ typedef enum {
   ncclxFuseSliced = 1,
   ncclxFuseRingP2P = 2,
   ncclxFuseDirectP2P = 3,
-  ncclxFuseNumAlgos = 4
+  ncclxFuseAuto = 4, /* the library picks one of the above per call shape (NCCLX_FUSE_AUTO) */
+  ncclxFuseNumAlgos = 5
 } ncclxFuseAlgo_t;
 
 typedef struct {
@@ -82,6 +85,10 @@ typedef struct {
 #define NCCLX_FUSE_RING_P2P ((ncclxFuseSchedule_t){ncclxFuseRingP2P, 0, 0, 0.0})
 #define NCCLX_FUSE_RING_P2P_PIECES(p) ((ncclxFuseSchedule_t){ncclxFuseRingP2P, (p), 0, 0.0})
 #define NCCLX_FUSE_DIRECT_P2P ((ncclxFuseSchedule_t){ncclxFuseDirectP2P, 1, 0, 0.0})
+/* The default to use: the library picks the schedule and its pieces from the transfer time
+ * (the tuner's cost model) and the callbacks' time measured on earlier calls of the same
+ * shape (docs/commfuse.md, "Automatic schedule"); a tuner plugin may pin it (tuner.h). */
+#define NCCLX_FUSE_AUTO ((ncclxFuseSchedule_t){ncclxFuseAuto, 0, 0, 0.0})
 
 /* Called for elements [offset, offset+count) of the block of rank srcRank, which `data`
  * holds (it points into recvbuff) and which stays unchanged until the call returns.
@@ -128,6 +135,10 @@ ncclxResult_t ncclxAllToAllCompute(ncclxFuseProduceFn produce, ncclxFuseConsumeF
                                    void* user, void* recvbuff, size_t count,
                                    ncclxDataType_t datatype, ncclxFuseSchedule_t schedule,
                                    ncclxComm_t comm, ncclxStream_t stream);
+
+/* The schedule the last fused call on comm ran (AUTO resolved), for logs and tests;
+ * ncclxInvalidUsage before the first fused call. */
+ncclxResult_t ncclxFuseLastSchedule(ncclxComm_t comm, ncclxFuseSchedule_t* schedule);
 
 /* How many pieces (RING_P2P) or slices (SLICED) per block the schedule cuts a block of
  * count elements into on a communicator of nranks ranks, i.e. how many callbacks each

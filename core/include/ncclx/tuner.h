@@ -99,6 +99,31 @@ typedef struct {
 typedef ncclxTuner_v1_t ncclxTuner_t;
 #define NCCLX_TUNER_PLUGIN_SYMBOL "ncclxTunerPlugin_v1"
 
+/* Optional, version 1: CommFuse's schedule for calls made with NCCLX_FUSE_AUTO (ncclx/fuse.h).
+ * A tuner that wants to pin it also exports
+ *
+ *     const ncclxTunerFuse_v1_t ncclxTunerFuse_v1 = {.abiVersion = NCCLX_TUNER_FUSE_ABI_VERSION,
+ *                                                     .getFuseSchedule = ...};
+ *
+ * next to ncclxTunerPlugin_v1; the core looks it up when it loads the tuner, and tuners
+ * without it load as before. getFuseSchedule gets the tuner's per-communicator ctx (from
+ * init). Write *algo (an ncclxFuseAlgo_t other than AUTO) and *pieces (SLICED's slices,
+ * RING_P2P's pieces; 0 = 1) to pin the schedule, or leave *algo at -1 (or return an error)
+ * to keep the core's choice. The answer must be the same on every rank for the same query. */
+#define NCCLX_TUNER_FUSE_ABI_VERSION 1
+#define NCCLX_TUNER_FUSE_SYMBOL "ncclxTunerFuse_v1"
+
+typedef struct {
+  int kind;     /* 0 all-gather + compute, 1 compute + reduce-scatter, 2 all-to-all + compute */
+  size_t bytes; /* one block: count x datatype size */
+  int nranks, nhosts;
+} ncclxTunerFuseQuery_v1_t;
+
+typedef struct {
+  int abiVersion; /* NCCLX_TUNER_FUSE_ABI_VERSION */
+  ncclxResult_t (*getFuseSchedule)(void* ctx, const ncclxTunerFuseQuery_v1_t* query, int* algo, int* pieces);
+} ncclxTunerFuse_v1_t;
+
 /* Names used in logs, profiler events, NCCLX_ALGO and rules files. */
 const char* ncclxAlgoName(int algo);
 const char* ncclxProtoName(int proto);
