@@ -19,7 +19,7 @@ API const char* ncclxGetErrorString(ncclxResult_t result) {
     case ncclxInternalError: return "internal error (a bug in ncclx or a plugin)";
     case ncclxInvalidArgument: return "invalid argument";
     case ncclxInvalidUsage: return "invalid usage";
-    case ncclxRemoteError: return "remote process exited or there was a network error";
+    case ncclxRemoteError: return "another rank failed, exited or reported an error, or the network failed";
     case ncclxInProgress: return "operation in progress";
     default: return "unknown result code";
   }

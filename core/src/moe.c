@@ -45,6 +45,7 @@ struct ncclxMoe {
   char* stage;          /* maxTokens * topk rows */
   size_t* pairRow;      /* maxTokens * topk: row of pair (t, k) in stage, or MOE_DROPPED */
   uint64_t* sendSegs;   /* nExperts: rows sent to each expert */
+  size_t* dropped;      /* nExperts: pairs over expertCapacity in the latest dispatch */
   size_t* expertStart;  /* nExperts: first row of each expert in stage */
   uint64_t* recvSegs;   /* nranks * nLocal: rows from source s for local expert i */
   uint64_t* recvRow;    /* nranks * nLocal: first row of (s, i) in expertIn */
@@ -93,6 +94,7 @@ static void moeRelease(struct ncclxMoe* m) {
   free(m->stage);
   free(m->pairRow);
   free(m->sendSegs);
+  free(m->dropped);
   free(m->expertStart);
   free(m->recvSegs);
   free(m->recvRow);
@@ -120,10 +122,10 @@ static ncclxResult_t checkHandle(struct ncclxMoe* m, const char* fn) {
 static ncclxResult_t validateConfig(struct ncclxComm* comm, const ncclxMoeConfig_t* c) {
   const char* fn = "ncclxMoeCreate";
   if (!c) return commArgError(comm, ncclxInvalidArgument, "%s: config is NULL", fn);
-  if (c->size != sizeof(ncclxMoeConfig_t))
+  if (c->size != sizeof(ncclxMoeConfig_t) && c->size != NCCLX_MOE_CONFIG_SIZE_V1)
     return commArgError(comm, ncclxInvalidArgument,
-                       "%s: config->size is %zu, expected sizeof(ncclxMoeConfig_t) = %zu", fn, c->size,
-                       sizeof(ncclxMoeConfig_t));
+                       "%s: config->size is %zu, expected sizeof(ncclxMoeConfig_t) = %zu (or %zu, before "
+                       "expertCapacity)", fn, c->size, sizeof(ncclxMoeConfig_t), (size_t)NCCLX_MOE_CONFIG_SIZE_V1);
   if (c->nExperts < 1)
     return commArgError(comm, ncclxInvalidArgument, "%s: nExperts %d must be >= 1", fn, c->nExperts);
   if (c->topk < 1 || c->topk > c->nExperts * 64)
@@ -154,7 +156,8 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
   NCCLX_CHECK(validateConfig(comm, config));
   struct ncclxMoe* m = calloc(1, sizeof(*m));
   if (!m) return commArgError(comm, ncclxSystemError, "%s: out of memory", fn);
-  m->cfg = *config;
+  memcpy(&m->cfg, config, config->size); /* an older, shorter config: the new fields stay 0 */
+  m->cfg.size = sizeof(m->cfg);
   m->comm = comm;
   m->nranks = comm->nranks;
   m->rank = comm->rank;
@@ -166,9 +169,20 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
   m->localFirst = m->firstExpert ? m->firstExpert[m->rank] : 0;
   m->nLocal = m->firstExpert ? m->firstExpert[m->rank + 1] - m->localFirst : 0;
   size_t nl = (size_t)m->nLocal;
+  size_t cap = m->cfg.expertCapacity;
+  if (cap > 0 && m->firstExpert && (cap > SIZE_MAX / n / (nl + 1) || n * nl * cap > config->maxRecvTokens)) {
+    ncclxResult_t res = commArgError(comm, ncclxInvalidArgument,
+                                     "%s: maxRecvTokens %zu cannot hold what expertCapacity %zu lets %zu ranks send to "
+                                     "this rank's %zu experts (%zu rows): raise maxRecvTokens or lower the capacity",
+                                     fn, config->maxRecvTokens, cap, n, nl, n * nl * cap);
+    free(m->firstExpert);
+    free(m);
+    return res;
+  }
   m->stage = malloc(pairs ? pairs * m->rowBytes : 1);
   m->pairRow = malloc(pairs ? pairs * sizeof(size_t) : 1);
   m->sendSegs = calloc(E, sizeof(uint64_t));
+  m->dropped = calloc(E, sizeof(size_t));
   m->expertStart = calloc(E, sizeof(size_t));
   m->recvSegs = calloc(n * nl + 1, sizeof(uint64_t));
   m->recvRow = calloc(n * nl + 1, sizeof(uint64_t));
@@ -183,7 +197,7 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
   atomic_init(&m->refs, 1);
   m->magic = MOE_MAGIC;
   commRetain(comm);
-  if (!m->firstExpert || !m->stage || !m->pairRow || !m->sendSegs || !m->expertStart || !m->recvSegs ||
+  if (!m->firstExpert || !m->stage || !m->pairRow || !m->sendSegs || !m->dropped || !m->expertStart || !m->recvSegs ||
       !m->recvRow || !m->recvDst || !m->peers || !m->sendPtr || !m->backSegs || !m->backDst || !m->outPtr ||
       !m->accF || !m->accD) {
     moeRelease(m);
@@ -258,17 +272,26 @@ static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
   int E = m->cfg.nExperts, K = m->cfg.topk, n = m->nranks, nl = m->nLocal;
   size_t pairs = t->nTokens * (size_t)K;
   m->haveRouting = 0;
-  /* Route: rows per expert, then each pair's row in the staging buffer. */
+  /* Route: rows per expert (pairs over expertCapacity dropped, in token order), then each
+   * kept pair's row in the staging buffer. pairRow marks dropped pairs on the first pass. */
   memset(m->sendSegs, 0, (size_t)E * sizeof(uint64_t));
+  memset(m->dropped, 0, (size_t)E * sizeof(size_t));
+  size_t cap = m->cfg.expertCapacity;
   for (size_t i = 0; i < pairs; i++) {
     int32_t e = t->expertIds[i];
+    m->pairRow[i] = MOE_DROPPED;
     if (e == -1) continue;
     if (e < -1 || e >= E)
       return commFail(comm, ncclxInvalidArgument,
                       "ncclxMoeDispatch #%llu: expertIds[%zu] (token %zu, k %zu) is %d, not an expert of this "
                       "%d-expert layer (nor -1 for none)",
                       (unsigned long long)comm->curOpSeq, i, i / (size_t)K, i % (size_t)K, (int)e, E);
+    if (cap > 0 && m->sendSegs[e] == cap) {
+      m->dropped[e]++;
+      continue;
+    }
     m->sendSegs[e]++;
+    m->pairRow[i] = 0; /* kept: its row is assigned below */
   }
   size_t row = 0;
   for (int e = 0; e < E; e++) {
@@ -279,10 +302,7 @@ static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
   memset(m->sendSegs, 0, (size_t)E * sizeof(uint64_t));
   for (size_t i = 0; i < pairs; i++) {
     int32_t e = t->expertIds[i];
-    if (e == -1) {
-      m->pairRow[i] = MOE_DROPPED;
-      continue;
-    }
+    if (m->pairRow[i] == MOE_DROPPED) continue;
     size_t r = m->expertStart[e] + (size_t)(m->sendSegs[e]++);
     m->pairRow[i] = r;
     memcpy(m->stage + r * m->rowBytes, t->tokens + (i / (size_t)K) * m->rowBytes, m->rowBytes);
@@ -532,6 +552,17 @@ API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nT
   NCCLX_CHECK(moeSubmit(&t, stream));
   moe->dispatchCalls++;
   moe->lastCallTokens = nTokens;
+  return ncclxSuccess;
+}
+
+API ncclxResult_t ncclxMoeDroppedCounts(ncclxMoe_t moe, size_t* dropped) {
+  const char* fn = "ncclxMoeDroppedCounts";
+  NCCLX_CHECK(checkHandle(moe, fn));
+  if (!dropped) return commArgError(moe->comm, ncclxInvalidArgument, "%s: dropped is NULL", fn);
+  /* The exec lock orders this read after a dispatch still running on a stream's thread. */
+  int ref = commExecLock(moe->comm);
+  memcpy(dropped, moe->dropped, (size_t)moe->cfg.nExperts * sizeof(size_t));
+  commExecUnlock(moe->comm, ref);
   return ncclxSuccess;
 }
 

@@ -73,7 +73,19 @@ typedef struct {
   ncclxDataType_t datatype; /* of token rows: ncclxFloat16, ncclxBfloat16, ncclxFloat32, ncclxFloat64 */
   size_t maxTokens;         /* the largest nTokens this rank passes to ncclxMoeDispatch */
   size_t maxRecvTokens;     /* rows this rank's expert buffers (expertIn / expertOut) hold */
+  /* Capacity policy (a config of the older size, without this field, means 0):
+   *   0: none; more than maxRecvTokens rows arriving at a rank fails the dispatch and the
+   *      communicator (fail hard).
+   *   > 0: the most (token, k) pairs this rank sends to one expert per dispatch, as routers'
+   *      per-group expert capacity. Pairs over it are dropped in token order, as if their
+   *      expert id were -1 (the combine gives them no contribution), counted per expert
+   *      (ncclxMoeDroppedCounts), and the call succeeds on every rank. ncclxMoeCreate
+   *      checks that maxRecvTokens holds nranks x (local experts) x expertCapacity, so no
+   *      dispatch can overflow a rank. */
+  size_t expertCapacity;
 } ncclxMoeConfig_t;
+/* sizeof(ncclxMoeConfig_t) before expertCapacity: still accepted in config->size. */
+#define NCCLX_MOE_CONFIG_SIZE_V1 offsetof(ncclxMoeConfig_t, expertCapacity)
 
 /* Local: no communication. The handle keeps the routing between a dispatch and its combine
  * and a staging buffer of maxTokens * topk rows (see docs/moe.md for the memory used). */
@@ -95,6 +107,11 @@ NCCLX_MOE_API ncclxResult_t ncclxMoeLocalExperts(ncclxMoe_t moe, int* firstExper
 NCCLX_MOE_API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nTokens,
                                              const int32_t* expertIds, void* expertIn,
                                              size_t* expertCounts, ncclxStream_t stream);
+
+/* The pairs this rank dropped for lack of expert capacity in the latest dispatch executed on
+ * this handle: dropped[e] for every expert e (nExperts entries). With a stream, call it after
+ * ncclxStreamSynchronize. Local: no communication. */
+NCCLX_MOE_API ncclxResult_t ncclxMoeDroppedCounts(ncclxMoe_t moe, size_t* dropped);
 
 /* The reverse of the latest dispatch executed on this handle: expertOut holds one output row
  * per row the dispatch put in expertIn (same layout); the rows go back to their tokens and
