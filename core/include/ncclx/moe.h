@@ -103,7 +103,10 @@ NCCLX_MOE_API ncclxResult_t ncclxMoeLocalExperts(ncclxMoe_t moe, int* firstExper
  * an expert they are ordered by source rank, then token, then k. expertCounts gets
  * nLocalExperts entries. tokens has nTokens rows of `hidden` elements; expertIds and tokens
  * are read and expertIn and expertCounts written when the operation executes. More than
- * maxRecvTokens rows arriving fails with ncclxInvalidUsage. */
+ * maxRecvTokens rows arriving fails with ncclxInvalidUsage. An id outside [-1, nExperts)
+ * is refused with ncclxInvalidArgument on this rank (at synchronize when queued): its
+ * pairs are not sent, as if -1, the other pairs are, every other rank succeeds, and the
+ * communicator stays usable (the combine of this dispatch works as for a -1 id). */
 NCCLX_MOE_API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nTokens,
                                              const int32_t* expertIds, void* expertIn,
                                              size_t* expertCounts, ncclxStream_t stream);

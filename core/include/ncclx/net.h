@@ -87,6 +87,8 @@ typedef struct {
    * configuration is wrong, ncclxSystemError when the hardware or library is missing. */
   ncclxResult_t (*init)(void** ctx, const ncclxPluginEnv_t* env);
   ncclxResult_t (*devices)(void* ctx, int* ndev);
+  /* dev is 0..ndev-1 here and in listen and connect; any other index: return
+   * ncclxInvalidArgument, with a log line naming it and ndev (the core never passes one). */
   ncclxResult_t (*getProperties)(void* ctx, int dev, ncclxNetProperties_v1_t* props);
 
   /* Receiver side. handle points to NCCLX_NET_HANDLE_MAXSIZE bytes to fill. */
@@ -110,7 +112,8 @@ typedef struct {
   /* Optional: make received device memory visible to the GPU. */
   ncclxResult_t (*iflush)(void* recvComm, int n, void** data, size_t* sizes, void** mhandles,
                           void** request);
-  /* *done = 1 when complete; then sizes[i] (if sizes != NULL) holds the bytes received. */
+  /* *done = 1 when complete; then sizes[i] (if sizes != NULL) holds the bytes received, or
+   * for a send the bytes sent (its size: the core does not read it). */
   ncclxResult_t (*test)(void* request, int* done, size_t* sizes);
 
   ncclxResult_t (*closeSend)(void* sendComm);
@@ -121,7 +124,9 @@ typedef struct {
 
   /* Optional: a file descriptor that becomes readable when comm may have progress to
    * report, so the core can sleep in poll() instead of spinning on oversubscribed hosts.
-   * *fd = -1 means "none for this comm". */
+   * The core polls every fd for POLLIN only, send comms' too: a send comm's fd must become
+   * readable when a send may complete (the peer acknowledged, say), never merely writable.
+   * *fd = -1 means "none for this comm" (the core then waits on it with short sleeps). */
   ncclxResult_t (*getPollFd)(void* comm, int* fd);
 } ncclxNet_v1_t;
 

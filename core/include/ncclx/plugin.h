@@ -64,7 +64,13 @@ typedef struct {
                const char** value, const char** where);
 } ncclxConfigApi_t;
 
-/* Profiler callback a net plugin may call to report its own events (see profiler.h). */
+/* Profiler callback a net plugin may call to report its own events (see profiler.h):
+ * type NCCLX_PROFILER_NET_START / _UPDATE / _STOP. parentHandle is the phandle the core gave
+ * isend/irecv, or NULL (the event then hangs under the running operation). STOP takes the
+ * address of the handle START returned and sets it to NULL. With no profiler taking NET
+ * events, or from a thread that runs no operation, START sets *eHandle = NULL and a later
+ * UPDATE or STOP with it is a no-op: call it unconditionally, from within isend, irecv and
+ * test (that is how the core knows the communicator an event belongs to). */
 typedef ncclxResult_t (*ncclxProfilerCallback_t)(void** eHandle, int type, void* parentHandle,
                                                  int64_t pluginId, void* extData);
 
