@@ -82,8 +82,8 @@ static inline ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn,
   return checkDeviceBuffers(comm, fn, send, recv);
 }
 
-/* Buffers that overlap must be NCCL's in-place form exactly (docs/api.md): any other overlap
- * would have the call read what it already wrote. */
+/* All-reduce, all-gather, reduce-scatter: buffers that overlap must be NCCL's in-place form
+ * exactly (docs/api.md); any other overlap would have the call read what it already wrote. */
 static ncclxResult_t checkInPlace(struct ncclxComm* comm, const ncclxCollArgs* a, const char* fn) {
   size_t blk = a->count * collTypeSize(a->datatype), n = (size_t)comm->nranks, sendBytes = blk, recvBytes = blk;
   uintptr_t send = (uintptr_t)a->sendbuff, recv = (uintptr_t)a->recvbuff, own = (size_t)comm->rank * blk;
@@ -97,8 +97,6 @@ static ncclxResult_t checkInPlace(struct ncclxComm* comm, const ncclxCollArgs* a
     sendBytes = n * blk;
     inPlace = recv == send + own;
     form = "recvbuff == sendbuff + rank * recvcount";
-  } else if (a->coll == NCCLX_COLL_ALLTOALL) {
-    sendBytes = recvBytes = n * blk;
   }
   if (inPlace || !collRangesOverlap(a->sendbuff, sendBytes, a->recvbuff, recvBytes)) return ncclxSuccess;
   return commArgError(comm, ncclxInvalidArgument,
@@ -149,7 +147,9 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
     return commArgError(comm, ncclxInvalidArgument, "%s: sendbuff is NULL with count %zu", fn, a->count);
   if (needRecv && !a->recvbuff)
     return commArgError(comm, ncclxInvalidArgument, "%s: recvbuff is NULL with count %zu", fn, a->count);
-  return needSend && needRecv ? checkInPlace(comm, a, fn) : ncclxSuccess;
+  /* Broadcast (a root's shifted recvbuff) and all-to-all stage overlapping data themselves. */
+  int staged = a->coll == NCCLX_COLL_BROADCAST || a->coll == NCCLX_COLL_ALLTOALL || a->coll == NCCLX_COLL_REDUCE;
+  return needSend && needRecv && !staged ? checkInPlace(comm, a, fn) : ncclxSuccess;
 }
 
 /* ---------------- execution ---------------- */

@@ -277,15 +277,19 @@ static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
   memset(m->sendSegs, 0, (size_t)E * sizeof(uint64_t));
   memset(m->dropped, 0, (size_t)E * sizeof(size_t));
   size_t cap = m->cfg.expertCapacity;
+  size_t nBad = 0, firstBad = 0;
+  int32_t badId = 0;
   for (size_t i = 0; i < pairs; i++) {
     int32_t e = t->expertIds[i];
     m->pairRow[i] = MOE_DROPPED;
     if (e == -1) continue;
-    if (e < -1 || e >= E)
-      return commFail(comm, ncclxInvalidArgument,
-                      "ncclxMoeDispatch #%llu: expertIds[%zu] (token %zu, k %zu) is %d, not an expert of this "
-                      "%d-expert layer (nor -1 for none)",
-                      (unsigned long long)comm->curOpSeq, i, i / (size_t)K, i % (size_t)K, (int)e, E);
+    /* A bad id is only seen here, with the peers already exchanging: its pair is left out
+     * (as -1) and the exchange completes, so no rank is held up or failed; the refusal is
+     * this rank's result alone, below. */
+    if (e < -1 || e >= E) {
+      if (nBad++ == 0) firstBad = i, badId = e;
+      continue;
+    }
     if (cap > 0 && m->sendSegs[e] == cap) {
       m->dropped[e]++;
       continue;
@@ -329,7 +333,13 @@ static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
                    .ctx = t};
   NCCLX_CHECK(dynExchangeRun(&x));
   m->nTokens = t->nTokens;
-  m->haveRouting = 1;
+  m->haveRouting = 1; /* also after a refusal: the peers' combine expects this rank */
+  if (nBad > 0)
+    return commArgError(comm, ncclxInvalidArgument,
+                        "ncclxMoeDispatch #%llu: expertIds[%zu] (token %zu, k %zu) is %d, not an expert of this "
+                        "%d-expert layer (nor -1 for none); %zu such pairs were not sent, the rest were",
+                        (unsigned long long)comm->curOpSeq, firstBad, firstBad / (size_t)K, firstBad % (size_t)K,
+                        (int)badId, E, nBad);
   return ncclxSuccess;
 }
 

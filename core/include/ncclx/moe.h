@@ -101,7 +101,8 @@ NCCLX_MOE_API ncclxResult_t ncclxMoeLocalExperts(ncclxMoe_t moe, int* firstExper
  * pair is dropped). On the owner the rows arrive grouped by local expert in expertIn: the
  * rows of local expert i start at row expertCounts[0] + ... + expertCounts[i-1], and within
  * an expert they are ordered by source rank, then token, then k. expertCounts gets
- * nLocalExperts entries. tokens has nTokens rows of `hidden` elements; expertIds and tokens
+ * nLocalExperts entries. tokens has nTokens rows of `hidden` elements (nTokens is read at
+ * the call; with 0, tokens and expertIds may be NULL); expertIds and tokens
  * are read and expertIn and expertCounts written when the operation executes. More than
  * maxRecvTokens rows arriving fails with ncclxInvalidUsage. An id outside [-1, nExperts)
  * is refused with ncclxInvalidArgument on this rank (at synchronize when queued): its
