@@ -65,8 +65,9 @@ typedef struct {
    * RING_P2P (all-gather and reduce-scatter): the number of pieces p >= 1 each block is
    * cut into inside the ring pipeline, so a received block is consumed (or a partial is
    * forwarded) piece by piece as it arrives; p = 1 moves whole blocks; 0 (the default,
-   * NCCLX_FUSE_RING_P2P) chooses: pieces of about 256 KiB, at most 4 / nranks of them
-   * (2 at 2 ranks, else 1; see ncclxFuseSchedulePieces). Other schedules ignore it. */
+   * NCCLX_FUSE_RING_P2P) chooses: the block over 256 KiB, rounded, at most 4 / nranks
+   * (2 at 2 ranks from 384 KiB blocks, else 1: from 3 ranks a piece is the whole block; see
+   * ncclxFuseSchedulePieces). Other schedules ignore it. */
   int slices;
   /* Slices are cut at multiples of `unit` elements (a matrix row, say); 0 means 1. Every
    * schedule requires the block count to be a multiple of unit. */
