@@ -12,7 +12,8 @@
  *   fuse_auto NP pinned   run with NCCLX_TUNER_PLUGIN naming fuse_pin_tuner.c's plugin, which
  *                         pins SLICED(3): AUTO must run exactly that
  *
- * Each phase runs on a communicator of its own (docs/commfuse.md, "Automatic schedule"). */
+ * Each phase runs on a communicator of its own (docs/commfuse.md, "Automatic schedule") and
+ * makes 12 calls. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,10 @@ static int consumeSpin(void* user, int src, size_t off, const void* data, size_t
 
 /* Four AUTO calls on a fresh communicator; returns the schedule the last one ran (algo -1
  * on a failure, reported). */
-static int g_calls = 4;
+/* 12 calls: the ranks compare times after calls 1 and 9 (and every 8th), each time the least
+ * time since the last comparison, so a call slowed by preemption on a loaded machine does
+ * not decide alone. */
+static int g_calls = 12;
 
 static ncclxFuseSchedule_t phase(ncclxComm_t parent, int rank, int nranks, double spinUs) {
   ncclxFuseSchedule_t ran = {(ncclxFuseAlgo_t)-1, 0, 0, 0.0};
@@ -103,7 +107,6 @@ int main(int argc, char** argv) {
   int np = atoi(argv[1]);
   g_pinned = argc > 2 && !strcmp(argv[2], "pinned");
   g_explore = argc > 2 && !strcmp(argv[2], "explore");
-  if (g_explore) g_calls = 12;
   ncclxUniqueId id;
   MP_CALL(-1, NULL, ncclxGetUniqueId(&id));
   mpJob job;
