@@ -17,6 +17,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ enum {
   C_LARGER_RECV,
   C_REGMR,
   C_MULTI,
+  C_REFUSE,
   C_TRUNC,
   C_CLOSE,
   C_KILL,
@@ -73,6 +75,7 @@ static const struct {
     [C_LARGER_RECV] = {"receive larger than the send", RS},
     [C_REGMR] = {"regMr/deregMr and registered buffers", RS},
     [C_MULTI] = {"one listener, two senders, no cross-talk", RS},
+    [C_REFUSE] = {"garbage handle, wrong nonce, stranger: refused", RS},
     [C_TRUNC] = {"send larger than the receive is an error", RS},
     [C_CLOSE] = {"close after use and after failure", RS},
     [C_KILL] = {"peer killed mid-transfer gives an error", SIDE(ROLE_RECV)},
@@ -533,8 +536,12 @@ static void checkOrdering(ncTester* t, int check) {
   if (notRun(t, check)) return;
   beginCheck(t);
   enum { N = 300, W = 8 };
-  static const size_t sizes[] = {1, 64, 4096, 65543, 0, 3000, 17, 250000};
+  size_t sizes[] = {1, 64, 4096, 65543, 0, 3000, 17, 250000};
   size_t maxSize = 250000;
+  /* The plugin's limit binds the checker too: a larger message is the checker's error. */
+  if (maxSize > t->props.maxMessageBytes) maxSize = t->props.maxMessageBytes;
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+    if (sizes[i] > maxSize) sizes[i] = maxSize;
   int send = t->role == ROLE_SEND;
   uint8_t* bufs = malloc((size_t)W * maxSize);
   if (!bufs) {
@@ -581,9 +588,144 @@ static void checkOrdering(ncTester* t, int check) {
     completed++;
   }
   if (!failed)
-    snprintf(msg, sizeof(msg), "%d messages of 0..250000 bytes, %d in flight, in order", N, W);
+    snprintf(msg, sizeof(msg), "%d messages of 0..%zu bytes, %d in flight, in order", N, maxSize,
+             W);
   release(t, bufs, !failed);
   endCheck(t, check, !failed, "%s", msg);
+}
+
+/* Sender side of checkRefuse: connect with `handle` on `slot` until an error, a comm or a
+ * short deadline. 1 = refused by connect (with a WARN line), 2 = a comm (the listener must
+ * then refuse it), 0 = neither. The slot is reused by the caller, as the core may reuse a
+ * slot it gave up on (net.h, connect). */
+static int refuseAttempt(ncTester* t, const char* handle, void** slot, char* why, size_t size) {
+  double deadline = ncNow() + (t->opt->bound < 2 ? t->opt->bound : 2);
+  unsigned warned = netcheckWarnings;
+  ncclxResult_t res = ncclxSuccess;
+  *slot = NULL;
+  while (!*slot && ncNow() < deadline) {
+    res = t->net->connect(t->ctx, t->opt->dev, handle, slot);
+    if (res != ncclxSuccess) break;
+    if (!*slot) usleep(100);
+  }
+  if (*slot) {
+    t->net->closeSend(*slot);
+    *slot = NULL;
+    return 2;
+  }
+  if (res == ncclxSuccess) return snprintf(why, size, "still connecting after 2 s"), 0;
+  if (netcheckWarnings == warned)
+    return snprintf(why, size, "connect returned %s without a WARN line", resName(res)), 0;
+  return 1;
+}
+
+/* A garbage handle and handles spliced from two listeners' (the bytes that differ: port,
+ * nonce) must not give a connection, and each refusal is logged. The listener then still
+ * takes a good sender on the very slot the refused attempts used. */
+static void checkRefuse(ncTester* t, int check) {
+  if (notRun(t, check)) return;
+  beginCheck(t);
+  char msg[400] = "", hs[2][NCCLX_NET_HANDLE_MAXSIZE];
+  int pass = 1;
+  double deadline = ncNow() + t->opt->bound * 4;
+  if (t->role == ROLE_RECV) {
+    void* other = NULL;
+    memset(hs[1], 0, sizeof(hs[1]));
+    ncclxResult_t res = t->net->listen(t->ctx, t->opt->dev, hs[1], &other);
+    if (res != ncclxSuccess || !other) {
+      memset(hs[1], 0, sizeof(hs[1])); /* the sender then skips the splices */
+      snprintf(msg, sizeof(msg), "second listen returned %s", resName(res));
+      pass = 0;
+    }
+    memcpy(hs[0], t->handleCopy, sizeof(hs[0]));
+    if (ncWriteAll(t->peerFd, hs, sizeof(hs)) != 0)
+      pass = 0, snprintf(msg, sizeof(msg), "cannot pass the handles to the sender");
+    unsigned warned = netcheckWarnings;
+    uint32_t reached = 0;
+    int strangers = 0, reported = 0;
+    double graceEnd = 0;
+    /* Accept on both listeners while the sender tries; nothing may come through. */
+    while (ncNow() < deadline && (!reported || ncNow() < graceEnd)) {
+      void* lcs[2] = {t->listenComm, other};
+      for (int l = 0; l < 2 && lcs[l]; l++) {
+        void* rc = NULL;
+        if (t->net->accept(lcs[l], &rc) == ncclxSuccess && rc) {
+          strangers++;
+          t->net->closeRecv(rc);
+        }
+      }
+      if (!reported) {
+        struct pollfd pfd = {.fd = t->peerFd, .events = POLLIN};
+        if (poll(&pfd, 1, 1) == 1) {
+          if (ncReadAll(t->peerFd, &reached, sizeof(reached), t->opt->bound) != 0) pass = 0;
+          reported = 1;
+          graceEnd = ncNow() + 0.3; /* let the listeners read the last hellos */
+        }
+      }
+    }
+    if (other) t->net->closeListen(other);
+    if (pass && !reported) pass = 0, snprintf(msg, sizeof(msg), "no word from the sender");
+    if (pass && strangers)
+      pass = 0, snprintf(msg, sizeof(msg), "accepted %d connection(s) with a wrong handle", strangers);
+    if (pass && reached && netcheckWarnings == warned)
+      pass = 0, snprintf(msg, sizeof(msg), "%u stranger(s) refused without a WARN line", reached);
+    int32_t go = pass; /* tells the sender whether a good connect follows */
+    if (ncWriteAll(t->peerFd, &go, sizeof(go)) != 0) pass = 0;
+    void* rc = NULL;
+    if (pass && makeConnections(t, t->peerFd, 1, &rc, msg, sizeof(msg)) != 0) pass = 0;
+    if (rc) t->net->closeRecv(rc);
+    if (pass)
+      snprintf(msg, sizeof(msg), "%u stranger(s) reached a listener and were refused; then "
+               "a good sender was accepted", reached);
+  } else {
+    void* slot = NULL; /* one slot for every attempt, the good one included */
+    uint32_t reached = 0;
+    int refused = 0;
+    if (ncReadAll(t->peerFd, hs, sizeof(hs), t->opt->bound * 4) != 0) {
+      endCheck(t, check, 0, "no handles from the receiver");
+      return;
+    }
+    char bad[NCCLX_NET_HANDLE_MAXSIZE], why[200] = "";
+    ncPatFill((uint8_t*)bad, sizeof(bad), 0xbad);
+    int r = refuseAttempt(t, bad, &slot, why, sizeof(why));
+    if (r != 1) pass = 0, snprintf(msg, sizeof(msg), "garbage handle: %s", r == 2 ? "connected" : why);
+    for (size_t i = 0; pass && i < sizeof(bad); i++) {
+      if (hs[0][i] == hs[1][i]) continue;
+      memcpy(bad, hs[0], sizeof(bad));
+      bad[i] = hs[1][i];
+      r = refuseAttempt(t, bad, &slot, why, sizeof(why));
+      if (r == 2) reached++;
+      else if (r == 1) refused++;
+      else pass = 0, snprintf(msg, sizeof(msg), "handle with byte %zu of another listener's: %s", i, why);
+    }
+    int32_t go = 0;
+    if (ncWriteAll(t->peerFd, &reached, sizeof(reached)) != 0 ||
+        ncReadAll(t->peerFd, &go, sizeof(go), t->opt->bound * 4) != 0)
+      pass = 0;
+    if (pass && !go) pass = 0, snprintf(msg, sizeof(msg), "the receiver failed this check");
+    if (pass) {
+      /* The good handle again through makeConnections would use a fresh slot: use ours. */
+      char h[NCCLX_NET_HANDLE_MAXSIZE];
+      ncclxResult_t res = ncclxSuccess;
+      slot = NULL;
+      if (ncReadAll(t->peerFd, h, sizeof(h), t->opt->bound * 4) != 0) {
+        pass = 0, snprintf(msg, sizeof(msg), "no handle from the receiver after the refusals");
+      } else {
+        double end = ncNow() + t->opt->bound;
+        while (!slot && ncNow() < end &&
+               (res = t->net->connect(t->ctx, t->opt->dev, h, &slot)) == ncclxSuccess)
+          if (!slot) usleep(100);
+        if (!slot)
+          pass = 0, snprintf(msg, sizeof(msg), "after the refusals, connect on the same slot: %s",
+                             res != ncclxSuccess ? resName(res) : "timeout");
+      }
+      if (slot) t->net->closeSend(slot);
+    }
+    if (pass)
+      snprintf(msg, sizeof(msg), "garbage refused; %d spliced handle(s) refused by connect, %u "
+               "by the listener; then connected on the same slot", refused, reached);
+  }
+  endCheck(t, check, pass, "%s", msg);
 }
 
 /* A second and third connection to the same listener; each keeps to its own messages. */
@@ -858,6 +1000,7 @@ static int runChecks(ncTester* t) {
   checkMessage(t, C_LARGER_RECV, 1000, 4096, NULL, 0);
   checkMessage(t, C_REGMR, (size_t)1 << 20, (size_t)1 << 20, NULL, 1);
   checkMulti(t, C_MULTI);
+  checkRefuse(t, C_REFUSE);
   checkTruncation(t, C_TRUNC);
   checkClose(t, C_CLOSE);
   if (t->role == ROLE_RECV) {
@@ -1075,8 +1218,13 @@ int main(int argc, char** argv) {
               ncNow() - started);
   }
 
+  /* A plugin that refused to start fails once, with its reason, not once per check. */
+  int initFailed = 0;
+  for (int role = 0; role < NROLES; role++)
+    initFailed |= results[C_INIT][role].seen && results[C_INIT][role].status == NC_FAIL;
   int passed = 0, failed = 0, skipped = 0;
   for (int c = 0; c < NCHECKS; c++) {
+    if (initFailed && c > C_INIT) continue;
     int status = NC_PASS, any = 0;
     double secs = 0;
     char detail[1400] = "";
@@ -1114,6 +1262,9 @@ int main(int argc, char** argv) {
     else
       failed++;
   }
+  if (initFailed)
+    printf("ncclx-net-check: init failed (see its line above and the plugin's log), so the "
+           "other %d checks were not run\n", NCHECKS - C_INIT - 1);
   printf("ncclx-net-check: %d passed, %d failed, %d skipped in %.1f s (%s)\n", passed, failed,
          skipped, ncNow() - started, opt.path);
   return failed ? 1 : 0;

@@ -25,6 +25,7 @@ struct ncclxConfigSection {
 static struct ncclxConfigSection netcheckSection;
 static int netcheckLogLevel = NCCLX_LOG_WARN;
 static const char* netcheckRole = "main";
+static unsigned netcheckWarnings; /* WARN lines logged, printed or not: refusals must log */
 
 /* -o KEY=VALUE; 0 on success, -1 with a message on stderr. */
 static inline int netcheckAddOption(const char* arg) {
@@ -75,6 +76,7 @@ static inline void netcheckLog(ncclxLogLevel_t level, unsigned long subsys, cons
 static inline void netcheckLog(ncclxLogLevel_t level, unsigned long subsys, const char* file,
                                int line, const char* fmt, ...) {
   (void)subsys;
+  if (level == NCCLX_LOG_WARN) netcheckWarnings++;
   if (level == NCCLX_LOG_NONE || (int)level > netcheckLogLevel) return;
   const char* name = level == NCCLX_LOG_WARN ? "WARN" : level == NCCLX_LOG_INFO ? "INFO" : "TRACE";
   const char* base = file ? strrchr(file, '/') : NULL;

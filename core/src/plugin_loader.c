@@ -222,7 +222,7 @@ static struct {
   ncclxNetInstance_t inst;
   void* dl;                /* NULL for the built-in */
   ncclxResult_t builtinErr; /* why the built-in was refused, for the final error code */
-  ncclxPluginEnv_t env;    /* kept alive: a plugin may hold on to the pointer */
+  ncclxPluginEnv_t env;    /* kept for safety only: plugin.h tells plugins to copy it */
 } netState;
 
 /* init + devices on a validated net; on failure everything is undone and *why says why. */

@@ -50,6 +50,7 @@ typedef struct {
   ncclxLogger_t log;
   ncclxProfilerCallback_t profiler;
   struct in_addr addr;   /* where listen() binds: [net.template] address */
+  size_t maxMessage;     /* [net.template] max_message_bytes, TPL_MAX_MESSAGE by default */
   pthread_mutex_t lock;  /* connect() may run on several threads */
   tplPending* pending;
 } tplCtx;
@@ -89,6 +90,7 @@ typedef struct {
 struct tplPending {    /* a connect() that has not finished yet */
   tplPending* next;
   void** owner;        /* the caller's sendComm slot identifies it across calls */
+  tplHandle target;    /* with the handle: a slot the core gave up on may come back */
   int fd;
   size_t sent;
   tplHello hello;
@@ -104,6 +106,28 @@ static const char* whereIs(const ncclxPluginEnv_t* env, const char* key, const c
   return "environment";
 }
 
+/* max_message_bytes = N[K|M|G]: a smaller limit lets the core and the checker be tested
+ * against one. Anything malformed or outside 1..TPL_MAX_MESSAGE is refused, not clamped. */
+static ncclxResult_t parseMaxMessage(tplCtx* ctx, const ncclxPluginEnv_t* env) {
+  ctx->maxMessage = TPL_MAX_MESSAGE;
+  const char* v = env->config->get(env->section, "max_message_bytes");
+  if (!v || !*v) return ncclxSuccess;
+  char* end = NULL;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  unsigned shift = 0;
+  if (end && (*end == 'K' || *end == 'k')) shift = 10, end++;
+  else if (end && (*end == 'M' || *end == 'm')) shift = 20, end++;
+  else if (end && (*end == 'G' || *end == 'g')) shift = 30, end++;
+  if (errno || end == v || *end || v[0] == '-' || n == 0 || n > (TPL_MAX_MESSAGE >> shift)) {
+    LOG(ctx, NCCLX_LOG_WARN, "max_message_bytes = '%s' (%s): not a size from 1 to %zu",
+        v, whereIs(env, "max_message_bytes", v), TPL_MAX_MESSAGE);
+    return ncclxInvalidUsage;
+  }
+  ctx->maxMessage = (size_t)n << shift;
+  return ncclxSuccess;
+}
+
 static ncclxResult_t tplInit(void** ctxOut, const ncclxPluginEnv_t* env) {
   tplCtx* ctx = calloc(1, sizeof(*ctx));
   if (!ctx) return ncclxSystemError;
@@ -116,8 +140,12 @@ static ncclxResult_t tplInit(void** ctxOut, const ncclxPluginEnv_t* env) {
     free(ctx);
     return ncclxInvalidUsage;
   }
+  if (parseMaxMessage(ctx, env) != ncclxSuccess) {
+    free(ctx);
+    return ncclxInvalidUsage;
+  }
   pthread_mutex_init(&ctx->lock, NULL);
-  LOG(ctx, NCCLX_LOG_INFO, "listening on %s", addr);
+  LOG(ctx, NCCLX_LOG_INFO, "listening on %s, messages up to %zu bytes", addr, ctx->maxMessage);
   *ctxOut = ctx;
   return ncclxSuccess;
 }
@@ -128,9 +156,12 @@ static ncclxResult_t tplDevices(void* ctx, int* ndev) {
   return ncclxSuccess;
 }
 
-static ncclxResult_t tplGetProperties(void* ctx, int dev, ncclxNetProperties_v1_t* props) {
-  (void)ctx;
-  if (dev != 0) return ncclxInternalError;
+static ncclxResult_t tplGetProperties(void* vctx, int dev, ncclxNetProperties_v1_t* props) {
+  tplCtx* ctx = vctx;
+  if (dev != 0) {
+    LOG(ctx, NCCLX_LOG_WARN, "no device %d (there is 1)", dev);
+    return ncclxInvalidArgument;
+  }
   memset(props, 0, sizeof(*props));
   props->name = "template";
   props->ptrSupport = NCCLX_PTR_HOST;
@@ -138,7 +169,7 @@ static ncclxResult_t tplGetProperties(void* ctx, int dev, ncclxNetProperties_v1_
   props->port = 1;
   props->maxComms = 65536;
   props->maxRecvs = 1;
-  props->maxMessageBytes = TPL_MAX_MESSAGE;
+  props->maxMessageBytes = ctx->maxMessage;
   return ncclxSuccess;
 }
 
@@ -169,7 +200,11 @@ static ncclxResult_t tplListenOp(void* vctx, int dev, void* handle, void** liste
   tplListen* lc = calloc(1, sizeof(*lc));
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = ctx->addr};
   socklen_t len = sizeof(sa);
-  if (dev != 0 || !lc) return free(lc), ncclxInternalError;
+  if (dev != 0) {
+    LOG(ctx, NCCLX_LOG_WARN, "listen: no device %d (there is 1)", dev);
+    return free(lc), ncclxInvalidArgument;
+  }
+  if (!lc) return ncclxSystemError;
   lc->fd = nonBlockingSocket();
   if (lc->fd < 0 || bind(lc->fd, (struct sockaddr*)&sa, len) != 0 || listen(lc->fd, 64) != 0 ||
       getsockname(lc->fd, (struct sockaddr*)&sa, &len) != 0) {
@@ -203,7 +238,11 @@ static ncclxResult_t tplConnect(void* vctx, int dev, const void* handle, void** 
   tplHandle h;
   memcpy(&h, handle, sizeof(h));
   *sendComm = NULL;
-  if (dev != 0 || h.magic != TPL_MAGIC) {
+  if (dev != 0) {
+    LOG(ctx, NCCLX_LOG_WARN, "connect: no device %d (there is 1)", dev);
+    return ncclxInvalidArgument;
+  }
+  if (h.magic != TPL_MAGIC) {
     LOG(ctx, NCCLX_LOG_WARN, "connect: not a template handle (magic 0x%x)", h.magic);
     return ncclxInternalError;
   }
@@ -216,11 +255,17 @@ static ncclxResult_t tplConnect(void* vctx, int dev, const void* handle, void** 
       break;
     }
   pthread_mutex_unlock(&ctx->lock);
+  if (p && memcmp(&p->target, &h, sizeof(h)) != 0) { /* an abandoned connect: start over */
+    close(p->fd);
+    free(p);
+    p = NULL;
+  }
   if (!p) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = h.port};
     sa.sin_addr.s_addr = h.addr;
     if (!(p = calloc(1, sizeof(*p)))) return ncclxSystemError;
     p->owner = sendComm;
+    p->target = h;
     p->hello.magic = TPL_MAGIC;
     p->hello.nonce = h.nonce;
     p->fd = nonBlockingSocket();
@@ -382,7 +427,10 @@ static ncclxResult_t tplIsend(void* sendComm, void* data, size_t size, int tag, 
   tplComm* c = sendComm;
   *request = NULL;
   if (c->err != ncclxSuccess) return c->err;
-  if (size > TPL_MAX_MESSAGE || (size > 0 && !data)) return ncclxInternalError;
+  if (size > c->ctx->maxMessage || (size > 0 && !data)) {
+    LOG(c->ctx, NCCLX_LOG_WARN, "send of %zu bytes refused (limit %zu)", size, c->ctx->maxMessage);
+    return ncclxInternalError;
+  }
   *request = post(c, data, size, phandle);
   progress(c); /* start right away for lower latency; a failure is reported by test() */
   return ncclxSuccess;

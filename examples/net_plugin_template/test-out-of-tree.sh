@@ -2,9 +2,11 @@
 # Proves that a third-party network plugin builds OUT OF TREE against an INSTALLED ncclx and
 # really carries a collective:
 #   1. cmake --install BUILD_DIR into a temporary prefix;
-#   2. configure and build this directory against it (find_package(ncclx), headers only);
+#   2. copy the template from <prefix>/share/ncclx/examples (not from this source tree) and
+#      build it against the prefix (find_package(ncclx), headers only);
 #   3. check the .so exports only ncclxNetPlugin_v1 and does not link libncclx;
-#   4. run tools/ncclx-net-check on it when that tool is built;
+#   4. run the installed <prefix>/bin/ncclx-net-check on it, plain and with
+#      -o max_message_bytes=64K;
 #   5. run a checked 2-rank allreduce (ncclx-perf, up to 1 MiB) with the plugin as the only
 #      network (NCCLX_CORE_SHM=0) and confirm from NCCLX_DEBUG=INFO that it was used.
 # Usage: test-out-of-tree.sh BUILD_DIR     (a built ncclx tree: libncclx and tools/ncclx-perf)
@@ -16,7 +18,6 @@ if [ $# -ne 1 ] || [ ! -d "$1" ]; then
   exit 2
 fi
 BUILD=$(cd "$1" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ncclx-net-template.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
@@ -34,9 +35,14 @@ step "install $BUILD into $WORK/prefix"
 cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log" 2>&1 ||
   fail "cmake --install failed" "$WORK/install.log"
 [ -f "$WORK/prefix/include/ncclx/net.h" ] || fail "the install has no include/ncclx/net.h"
+KIT="$WORK/prefix/share/ncclx"
+[ -f "$KIT/doc/plugin-guide.md" ] || fail "the install has no share/ncclx/doc/plugin-guide.md"
+[ -f "$KIT/examples/net_plugin_template/net_template.c" ] ||
+  fail "the install has no share/ncclx/examples/net_plugin_template"
+cp -r "$KIT/examples/net_plugin_template" "$WORK/src" # what an author copies to start
 
 step "configure and build the template against the installed headers"
-cmake -S "$HERE" -B "$WORK/build" -DCMAKE_PREFIX_PATH="$WORK/prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S "$WORK/src" -B "$WORK/build" -DCMAKE_PREFIX_PATH="$WORK/prefix" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_EXPORT_COMPILE_COMMANDS=ON > "$WORK/configure.log" 2>&1 ||
   fail "configuring the template failed" "$WORK/configure.log"
 cmake --build "$WORK/build" > "$WORK/build.log" 2>&1 || fail "building the template failed" "$WORK/build.log"
@@ -53,13 +59,15 @@ if readelf -d "$PLUGIN" | grep -q 'NEEDED.*libncclx'; then
   fail "the plugin links libncclx; a plugin must use only the headers"
 fi
 
-if [ -x "$BUILD/tools/ncclx-net-check" ]; then
-  step "tools/ncclx-net-check"
-  "$BUILD/tools/ncclx-net-check" "$PLUGIN" > "$WORK/check.log" 2>&1 ||
-    fail "ncclx-net-check refused the template" "$WORK/check.log"
-else
-  echo "   (tools/ncclx-net-check not built; skipping that step)"
-fi
+CHECK="$WORK/prefix/bin/ncclx-net-check"
+[ -x "$CHECK" ] || fail "the install has no bin/ncclx-net-check"
+for opts in "" "-o max_message_bytes=64K"; do
+  step "installed ncclx-net-check $opts"
+  # shellcheck disable=SC2086 # opts is two words on purpose
+  "$CHECK" $opts "$PLUGIN" > "$WORK/check.log" 2>&1 ||
+    fail "ncclx-net-check $opts refused the template" "$WORK/check.log"
+  tail -n 1 "$WORK/check.log" | sed 's/^/   /'
+done
 
 step "2-rank allreduce over the template network"
 echo "; intentionally empty: the environment below configures everything" > "$WORK/empty.ini"

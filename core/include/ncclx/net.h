@@ -93,7 +93,13 @@ typedef struct {
 
   /* Receiver side. handle points to NCCLX_NET_HANDLE_MAXSIZE bytes to fill. */
   ncclxResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
-  /* Sender side: non-blocking, call again while *sendComm is NULL. */
+  /* Sender side: non-blocking, call again while *sendComm is NULL. The core passes the
+   * same sendComm slot (same address, still NULL) and the same handle on every retry of one
+   * connect, so a plugin may key its pending state by the slot. The core gives up on a
+   * connect only by failing the communicator, and no call says so: it just stops calling.
+   * Its memory may later hold the slot of another connect, so a pending entry found under a
+   * slot with a different handle is an abandoned one (drop it and start anew), and what is
+   * still pending at finalize is freed there. */
   ncclxResult_t (*connect)(void* ctx, int dev, const void* handle, void** sendComm);
   /* Non-blocking, call again while *recvComm is NULL. One listenComm accepts many senders;
    * a sender whose handle does not match (a stranger, an old job) is refused and logged. */
@@ -104,7 +110,8 @@ typedef struct {
   ncclxResult_t (*deregMr)(void* comm, void* mhandle);
 
   /* mhandle may be NULL for host memory when the plugin does not need registration.
-   * phandle is the core's profiler handle for this transfer (pass it to env->profiler). */
+   * phandle is the core's profiler handle for this transfer: pass it to env->profiler as
+   * parentHandle (it may be NULL; see ncclxProfilerCallback_t in plugin.h for START/STOP). */
   ncclxResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                          void* phandle, void** request);
   ncclxResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,

@@ -127,7 +127,9 @@ typedef struct {
 typedef ncclxProfiler_v1_t ncclxProfiler_t;
 #define NCCLX_PROFILER_PLUGIN_SYMBOL "ncclxProfilerPlugin_v1"
 
-/* Net plugin callback types (env->profiler's `type` argument). */
+/* Net plugin callback types (env->profiler's `type` argument). The calling convention is at
+ * ncclxProfilerCallback_t in plugin.h: parentHandle may be NULL, STOP takes &eHandle and sets
+ * it to NULL, and a NULL eHandle from START makes UPDATE and STOP no-ops. */
 #define NCCLX_PROFILER_NET_START 0
 #define NCCLX_PROFILER_NET_STOP 1
 #define NCCLX_PROFILER_NET_UPDATE 2
