@@ -61,6 +61,10 @@ fi
 
 CHECK="$WORK/prefix/bin/ncclx-net-check"
 [ -x "$CHECK" ] || fail "the install has no bin/ncclx-net-check"
+# A prefix off the loader's path: the installed tools find libncclx as a user's would, through
+# LD_LIBRARY_PATH (a build without an install RPATH, the sanitizer build here, needs it).
+LIBDIR=$(dirname "$(find "$WORK/prefix" -name 'libncclx.so.0' | head -n 1)")
+export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for opts in "" "-o max_message_bytes=64K"; do
   step "installed ncclx-net-check $opts"
   # shellcheck disable=SC2086 # opts is two words on purpose
