@@ -108,14 +108,14 @@ static int exploreOn(void) {
   return v;
 }
 
-static double sqr(double x) { return x > 0 ? x : 0; }
+static double nonNegative(double x) { return x > 0 ? x : 0; }
 static double maxd(double a, double b) { return a > b ? a : b; }
 static double mind(double a, double b) { return a < b ? a : b; }
 
 /* Estimated microseconds of one call under schedule (algo, k); see the file comment. */
 double fuseAutoEstimate(int algo, int k, int n, double blockUs, double alphaUs, double computeUs) {
   double T = blockUs, C = computeUs / n, a = alphaUs;
-  double Tk = a + sqr(T - a) / k;
+  double Tk = a + nonNegative(T - a) / k;
   switch (algo) {
     case ncclxFuseSequential: return (n - 1) * T + n * C;
     case ncclxFuseSliced: return (n - 1) * Tk + (k - 1) * maxd((n - 1) * Tk, n * C / k) + n * C / k;
@@ -123,6 +123,17 @@ double fuseAutoEstimate(int algo, int k, int n, double blockUs, double alphaUs, 
     case ncclxFuseDirectP2P: return maxd(n * C, C + (n - 1) * T) + mind(T, C) + (n - 1) * a;
     default: return -1;
   }
+}
+
+/* Moving one block to a ring neighbour, by the cost model (or the emulated link, if slower);
+ * *alphaUs gets the link's per-message cost. */
+static double blockTransferUs(const fuseOp* f, double* alphaUs) {
+  const TuneLink* link = &tuneModelGet()->link[tuneModelTransport(f->comm)];
+  double bytes = (double)f->count * (double)f->typeSize;
+  double us = link->alphaUs + bytes * link->betaUsPerByte;
+  if (f->sched.linkBytesPerSec > 0) us = maxd(us, bytes / f->sched.linkBytesPerSec * 1e6);
+  if (alphaUs) *alphaUs = link->alphaUs;
+  return us;
 }
 
 /* The model's ranking: out[0] its choice (an overlapping schedule only when it beats
@@ -136,10 +147,8 @@ static int rank(const fuseOp* f, double computeUs, ncclxFuseSchedule_t* out) {
   base.linkBytesPerSec = f->sched.linkBytesPerSec;
   out[0] = base;
   if (f->kind == FUSE_A2A || n < 2) return 1;
-  const TuneLink* link = &tuneModelGet()->link[tuneModelTransport(comm)];
-  double bytes = (double)f->count * (double)f->typeSize;
-  double blockUs = link->alphaUs + bytes * link->betaUsPerByte;
-  if (f->sched.linkBytesPerSec > 0) blockUs = maxd(blockUs, bytes / f->sched.linkBytesPerSec * 1e6);
+  double alphaUs;
+  double blockUs = blockTransferUs(f, &alphaUs);
   size_t units = f->count / f->sched.unit;
   static const struct { int algo, k; } cands[] = {
       {ncclxFuseSequential, 1}, {ncclxFuseSliced, 2}, {ncclxFuseSliced, 4}, {ncclxFuseRingP2P, 1},
@@ -149,7 +158,7 @@ static int rank(const fuseOp* f, double computeUs, ncclxFuseSchedule_t* out) {
   int order[NC], m = 0;
   for (int i = 0; i < NC; i++) {
     if ((size_t)cands[i].k > units) continue;
-    us[i] = fuseAutoEstimate(cands[i].algo, cands[i].k, n, blockUs, link->alphaUs, computeUs);
+    us[i] = fuseAutoEstimate(cands[i].algo, cands[i].k, n, blockUs, alphaUs, computeUs);
     int j = m++; /* insertion sort, ties keep the earlier (fewer pieces, fewer messages) */
     while (j > 0 && us[order[j - 1]] > us[i] * 1.001) order[j] = order[j - 1], j--;
     order[j] = i;
@@ -211,9 +220,7 @@ void fuseAutoResolve(fuseOp* f) {
     chosen = s->chosen;
   } else {
     /* First call of the shape: no measurement; guess compute = communication. */
-    const TuneLink* link = &tuneModelGet()->link[tuneModelTransport(f->comm)];
-    double guessUs = f->comm->nranks * (link->alphaUs + (double)f->count * (double)f->typeSize * link->betaUsPerByte);
-    chosen = pick(f, guessUs);
+    chosen = pick(f, f->comm->nranks * blockTransferUs(f, NULL));
   }
   ncclxFuseSchedule_t pinned = chosen;
   if (pinnedByTuner(f, &pinned)) chosen = pinned;

@@ -50,9 +50,8 @@
 extern "C" {
 #endif
 
-/* Signed tags (see "Signed tags" above): the bit, and the signature below it. */
+/* Signed tags (see "Signed tags" above): the bit; the core's signature is below it. */
 #define NCCLX_NET_TAG_SIGNED (1 << 30)
-#define NCCLX_NET_TAG_SIGNATURE_MASK (NCCLX_NET_TAG_SIGNED - 1)
 
 /* Version 1 is frozen (docs/plugin-guide.md, "ABI stability"): changes come as a new version. */
 #define NCCLX_NET_ABI_VERSION 1
