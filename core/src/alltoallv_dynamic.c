@@ -24,6 +24,7 @@
 #include "peers.h"
 #include "prof.h"
 #include "stream.h"
+#include "waitnote.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -489,10 +490,15 @@ static void idleSleep(dynState* st) {
 static ncclxResult_t checkStuck(dynState* st, double lastProgress) {
   struct ncclxComm* comm = st->comm;
   NCCLX_CHECK(commPollAbort(comm));
-  if (comm->timeoutSec <= 0 || nowSec() - lastProgress <= comm->timeoutSec) return ncclxSuccess;
-  char list[640] = "", who[128];
+  int awaited[8], nAwaited = 0;
+  for (int peer = 0; peer < st->n && nAwaited < 8; peer++)
+    if (peer != st->me && (!chanComplete(st, peer, 0) || !chanComplete(st, peer, 1))) awaited[nAwaited++] = peer;
+  double waited = nowSec() - lastProgress;
+  NCCLX_CHECK(waitNoteCheck(comm, awaited, nAwaited, waited));
+  if (comm->timeoutSec <= 0 || waited <= comm->timeoutSec) return ncclxSuccess;
+  char list[1024] = "", who[128];
   size_t len = 0;
-  for (int peer = 0; peer < st->n && len < sizeof(list) - 200; peer++) {
+  for (int peer = 0; peer < st->n && len < sizeof(list) - 400; peer++) {
     if (peer == st->me) continue;
     for (int isSend = 0; isSend < 2 && len < sizeof(list) - 200; isSend++) {
       if (chanComplete(st, peer, isSend)) continue;
@@ -502,6 +508,7 @@ static ncclxResult_t checkStuck(dynState* st, double lastProgress) {
           commDescribeRank(comm, peer, who, sizeof(who)), ch->msgsDone == 0 ? "first message" : "data");
     }
   }
+  if (nAwaited > 0) len = waitNoteDescribe(comm, awaited[0], list, len, sizeof(list));
   return commFail(comm, ncclxRemoteError, "timeout: no progress for %.0f s during %s #%llu, waiting on:%s",
                   comm->timeoutSec, opName(comm), opSeq(comm), list);
 }
@@ -756,6 +763,7 @@ ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
     uint64_t seq = ++comm->collSeq;
     comm->curOpName = name;
     comm->curOpSeq = seq;
+    comm->curPath[0] = '\0';
     INFO(NCCLX_LOG_COLL, "%s #%llu: %zu %s (%zu bytes) to send, comm %s nranks %d", name,
          (unsigned long long)seq, info->count, ncclxTypeName(info->datatype), info->bytes, comm->name,
          comm->nranks);

@@ -79,6 +79,13 @@ void bootstrapBroadcastAbort(struct bootstrap* b, const char* message);
 /* Non-blocking: if an abort notice for this view has arrived, copy its text (from the
  * failing rank) into msg and return 1. Safe to call often from progress loops. */
 int bootstrapPollAbort(struct bootstrap* b, char* msg, size_t msgSize);
+/* Wait notes (waitnote.c): a small record for one peer, sent unordered; the peer keeps only
+ * the latest from each rank. Send: 0 or an errno value, never an error recorded, at most
+ * withinSec spent. Read: the bytes copied of the latest note from peer (0: none yet), and how
+ * long ago it arrived. Read only sees what bootstrapPollAbort's progress took in. */
+#define BOOTSTRAP_NOTE_MAX 256
+int bootstrapSendNote(struct bootstrap* b, int peer, const void* note, size_t size, double withinSec);
+size_t bootstrapReadNote(struct bootstrap* b, int peer, void* note, size_t size, double* ageSec);
 /* File descriptor of the bootstrap listener, for poll() in the progress engine. */
 int bootstrapPollFd(const struct bootstrap* b);
 

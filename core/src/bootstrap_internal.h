@@ -6,6 +6,7 @@
  *   bootstrap_root.c  bootstrapInit: the rendezvous at the root, then the address all-gather
  *   bootstrap_msg.c   per-process state, incoming traffic, point-to-point send/recv
  *   bootstrap_coll.c  all-gather, barrier, abort notices
+ *   bootstrap_note.c  wait notes: the latest one each rank sent us
  *   bootstrap_view.c  views (split communicators), release, stats
  *
  * Locking: root->lock guards connections, queues and counters. It is only held for
@@ -29,6 +30,7 @@
 
 #define MSG_KIND_DATA 1u
 #define MSG_KIND_ABORT 2u
+#define MSG_KIND_NOTE 3u /* a wait note (bootstrap_note.c): unordered, the latest per source kept */
 
 #define ROOT_TAG_SPACE 0ull    /* the view returned by bootstrapInit */
 #define POLL_SLICE_MS 10       /* longest sleep between checks of deadline and abort flag */
@@ -36,6 +38,7 @@
 #define ABORT_BUDGET_SEC 1.0   /* total time bootstrapBroadcastAbort may take */
 #define ABORT_BATCH 256        /* simultaneous connects while broadcasting an abort */
 #define MAX_ABORT_TEXT 4096
+#define MAX_NOTE_BYTES BOOTSTRAP_NOTE_MAX
 #define OUT_CACHE_MAX 128      /* cached outgoing connections before the oldest is closed */
 #define MAX_PENDING_HELLOS 512 /* unidentified connections the root keeps during init */
 #define HELLO_WAIT_SEC 1.0     /* ... each for this long: a rank says hello as it connects */
@@ -59,6 +62,7 @@ struct wireAddr {
  * process reaching the address computes its secret, so the root admits with care. */
 #define ID_FLAG_ANONYMOUS 1u
 #define ANON_GRACE_SEC 0.3 /* anonymous ids: the root waits this long for duplicates */
+#define CONFLICT_LINGER_SEC 1.0 /* a failed rendezvous still answers arriving ranks this long */
 
 struct idLayout {
   uint32_t magic;
@@ -131,6 +135,15 @@ struct outConn {
   uint64_t lastUse;
 };
 
+struct noteEntry { /* bootstrap_note.c */
+  struct noteEntry* next;
+  uint64_t tagSpace;
+  int src; /* root numbering */
+  size_t size;
+  double arrived; /* bsNow() */
+  char data[MAX_NOTE_BYTES];
+};
+
 struct abortNote {
   struct abortNote* next;
   uint64_t tagSpace;
@@ -161,6 +174,7 @@ struct bootstrapRoot {
 
   pthread_mutex_t abortLock; /* guards aborts only; never held while doing anything else */
   struct abortNote* aborts;
+  struct noteEntry* notes; /* under abortLock: the latest wait note per (tag space, source) */
 
   struct bootstrapStats stats; /* under lock (rendezvous fields: written before it is shared) */
   /* Rendezvous at an anonymous id: why two jobs seem to share the address ("" if not). */
@@ -169,6 +183,7 @@ struct bootstrapRoot {
    * for the error that names the missing ranks. */
   char rdvNotes[512];
   int rdvDroppedSilent; /* connections dropped for saying no hello */
+  int rdvConflictTold;  /* ranks told of the conflict that failed the rendezvous */
 };
 
 struct bootstrap {
@@ -217,6 +232,9 @@ void bsSleepLocked(struct bootstrapRoot* r, int extraFd, short extraEvents, int 
 int bsFindAbort(struct bootstrapRoot* r, uint64_t tagSpace, char* msg, size_t size);
 struct message* bsTakeMatch(struct bootstrapRoot* r, int src, uint32_t tag, uint64_t tagSpace);
 void bsPurgeTagSpace(struct bootstrapRoot* r, uint64_t tagSpace);
+/* bootstrap_note.c: keep a wait note (takes m); drop them all, or those of a tag space. */
+void bsRecordNote(struct bootstrapRoot* r, struct message* m);
+void bsFreeNotes(struct bootstrapRoot* r, const uint64_t* tagSpace);
 const char* bsDescribePeer(const struct bootstrap* b, int peer, char* buf, size_t size);
 
 /* ---------------- views (bootstrap_view.c) ---------------- */

@@ -46,6 +46,7 @@ void bsRootFree(struct bootstrapRoot* r) {
     free(a);
     a = next;
   }
+  bsFreeNotes(r, NULL);
   free(r->in);
   free(r->out);
   free(r->addrs);
@@ -132,6 +133,10 @@ static void deliver(struct bootstrapRoot* r, struct message* m) {
     free(m);
     return;
   }
+  if (m->kind == MSG_KIND_NOTE) {
+    bsRecordNote(r, m); /* takes m */
+    return;
+  }
   uint64_t* expect = &r->recvSeq[m->src];
   if (m->seq < *expect) {
     WARN("bootstrap: dropped a duplicate message from rank %d (seq %llu, expected %llu)", m->src,
@@ -164,9 +169,10 @@ static void deliver(struct bootstrapRoot* r, struct message* m) {
 /* Why an incoming header is refused, or NULL if it is acceptable. */
 static const char* checkHeader(const struct bootstrapRoot* r, const struct msgHeader* h) {
   if (h->secret != r->secret) return "wrong job secret";
-  if (h->kind != MSG_KIND_DATA && h->kind != MSG_KIND_ABORT) return "unknown message kind";
+  if (h->kind != MSG_KIND_DATA && h->kind != MSG_KIND_ABORT && h->kind != MSG_KIND_NOTE) return "unknown message kind";
   if (h->src < 0 || h->src >= r->nranks) return "source rank out of range";
   if (h->kind == MSG_KIND_ABORT && (h->size > MAX_ABORT_TEXT || h->seq != 0)) return "malformed abort notice";
+  if (h->kind == MSG_KIND_NOTE && (h->size > MAX_NOTE_BYTES || h->seq != 0)) return "malformed wait note";
   if (h->kind == MSG_KIND_DATA && h->seq == 0) return "data message without a sequence number";
   if (h->size > (uint64_t)SIZE_MAX / 2) return "absurd message size";
   return NULL;
@@ -398,37 +404,38 @@ static int sendWithProgress(struct bootstrapRoot* r, int fd, const struct msgHea
   return 0;
 }
 
-ncclxResult_t bootstrapSend(struct bootstrap* b, int peer, uint32_t tag, const void* data, size_t size) {
-  NCCLX_CHECK(checkPeer(b, peer, data, size, "send"));
+/* Send one message of a kind to a view rank before the deadline: 0 or an errno value. Data
+ * messages take the next sequence number to dst; notes go unordered (seq 0). */
+static int sendMessage(struct bootstrap* b, int peer, uint32_t kind, uint32_t tag, const void* data, size_t size,
+                       double deadline, int* connectFailed) {
   struct bootstrapRoot* r = b->root;
   int dst = b->rootRanks[peer];
   struct outConn* oc = &r->out[dst];
-  double deadline = bsDeadlineAfter(r->timeoutSec);
-  char who[128];
+  int ordered = kind == MSG_KIND_DATA;
 
   /* Own the connection to dst: messages to one peer go out one at a time, in seq order. */
   pthread_mutex_lock(&r->lock);
   while (oc->busy) {
     if (bsNow() >= deadline) {
       pthread_mutex_unlock(&r->lock);
-      return ncclxSetError(ncclxRemoteError, "bootstrap: rank %d timed out behind another send to %s", b->rank,
-                           bsDescribePeer(b, peer, who, sizeof(who)));
+      return EBUSY;
     }
     bsProgressLocked(r);
     bsSleepLocked(r, -1, 0, 1);
   }
   oc->busy = 1;
-  uint64_t seq = ++r->sendSeq[dst];
+  uint64_t seq = ordered ? ++r->sendSeq[dst] : 0;
   int fd = oc->fd, fresh = fd < 0;
   pthread_mutex_unlock(&r->lock);
 
-  struct msgHeader h = {MSG_MAGIC, MSG_KIND_DATA, r->secret, b->tagSpace, seq, size, r->rank, tag};
+  struct msgHeader h = {MSG_MAGIC, kind, r->secret, b->tagSpace, seq, size, r->rank, tag};
   int e = 0;
   size_t written = 0;
   if (fresh && r->addrs[dst].family == 0)
     e = EDESTADDRREQ; /* only before the address all-gather finished: it failed somewhere */
   else if (fresh)
     fd = bsConnectWithin(&r->addrs[dst], deadline, 0, NULL, &e);
+  *connectFailed = fd < 0;
   if (fd >= 0) e = sendWithProgress(r, fd, &h, data, size, deadline, &written);
 
   pthread_mutex_lock(&r->lock);
@@ -444,16 +451,33 @@ ncclxResult_t bootstrapSend(struct bootstrap* b, int peer, uint32_t tag, const v
     if (fd >= 0) close(fd);
     if (!fresh) r->nOutOpen--;
     oc->fd = -1;
-    if (written == 0) r->sendSeq[dst]--; /* the peer never saw this seq: keep the sequence dense */
+    if (ordered && written == 0) r->sendSeq[dst]--; /* the peer never saw this seq: keep the sequence dense */
   }
   oc->busy = 0;
   evictLocked(r);
   pthread_mutex_unlock(&r->lock);
+  return e;
+}
+
+ncclxResult_t bootstrapSend(struct bootstrap* b, int peer, uint32_t tag, const void* data, size_t size) {
+  NCCLX_CHECK(checkPeer(b, peer, data, size, "send"));
+  int connectFailed = 0;
+  int e = sendMessage(b, peer, MSG_KIND_DATA, tag, data, size, bsDeadlineAfter(b->root->timeoutSec), &connectFailed);
+  char who[128];
+  if (e == EBUSY)
+    return ncclxSetError(ncclxRemoteError, "bootstrap: rank %d timed out behind another send to %s", b->rank,
+                         bsDescribePeer(b, peer, who, sizeof(who)));
   if (e != 0)
     return ncclxSetError(ncclxRemoteError, "bootstrap: rank %d could not send %zu bytes (tag %u) to %s: %s%s", b->rank,
                          size, tag, bsDescribePeer(b, peer, who, sizeof(who)), strerror(e),
-                         fd < 0 ? " (connect failed)" : "");
+                         connectFailed ? " (connect failed)" : "");
   return ncclxSuccess;
+}
+
+int bootstrapSendNote(struct bootstrap* b, int peer, const void* note, size_t size, double withinSec) {
+  if (b == NULL || peer < 0 || peer >= b->nranks || peer == b->rank || size > MAX_NOTE_BYTES) return EINVAL;
+  int connectFailed = 0;
+  return sendMessage(b, peer, MSG_KIND_NOTE, 0, note, size, bsNow() + withinSec, &connectFailed);
 }
 
 ncclxResult_t bootstrapRecv(struct bootstrap* b, int peer, uint32_t tag, void* data, size_t size,

@@ -92,6 +92,7 @@ void bootstrapRelease(struct bootstrap* b) {
     }
   /* Nobody can receive this view's leftovers any more. */
   bsPurgeTagSpace(r, b->tagSpace);
+  bsFreeNotes(r, &b->tagSpace);
   int last = --r->refs == 0;
   pthread_mutex_unlock(&r->lock);
   free(b->rootRanks);

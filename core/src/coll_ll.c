@@ -48,6 +48,7 @@
 #include "config.h"
 #include "debug.h"
 #include "peers.h"
+#include "waitnote.h"
 #include "reduce.h"
 #include "shm_mem.h"
 #include "xfer.h"
@@ -305,12 +306,18 @@ static double llNowSec(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Bounded wait during setup: 0 to retry, an error when the comm failed or time ran out. */
+/* Bounded wait during setup (for rank 0, who creates the board): 0 to retry, an error when
+ * the comm failed or time ran out. */
 static ncclxResult_t llSetupPause(struct ncclxComm* comm, double start, const char* what) {
   NCCLX_CHECK(commPollAbort(comm));
-  if (comm->timeoutSec > 0 && llNowSec() - start > comm->timeoutSec)
-    return commFail(comm, ncclxRemoteError, "LL protocol: timeout after %.0f s waiting for %s",
-                    comm->timeoutSec, what);
+  int creator = 0;
+  NCCLX_CHECK(waitNoteCheck(comm, &creator, 1, llNowSec() - start));
+  if (comm->timeoutSec > 0 && llNowSec() - start > comm->timeoutSec) {
+    char said[400] = "";
+    waitNoteDescribe(comm, creator, said, 0, sizeof(said));
+    return commFail(comm, ncclxRemoteError, "LL protocol: timeout after %.0f s waiting for %s%s",
+                    comm->timeoutSec, what, said);
+  }
   usleep(50);
   return ncclxSuccess;
 }
@@ -559,18 +566,22 @@ static ncclxResult_t llWaitStep(llWaiter* w, _Atomic uint64_t* word, uint64_t wa
    * message, can arrive, unless this rank is descheduled between the two checks). */
   if (w->call) NCCLX_CHECK(llCrossCheck(w->call));
   NCCLX_CHECK(commPollAbort(comm));
+  NCCLX_CHECK(waitNoteCheck(comm, &whoRank, 1, llNowSec() - w->start));
   if (w->yields >= LL_YIELDS && llRankExited(w->b, comm, whoRank))
     return commFail(comm, ncclxRemoteError, "%s #%llu (LL protocol): %s exited while this rank "
                     "waited for %s", comm->curOpName ? comm->curOpName : "operation",
                     (unsigned long long)comm->curOpSeq,
                     commDescribeRank(comm, whoRank, desc, sizeof(desc)), who);
-  if (comm->timeoutSec > 0 && llNowSec() - w->start > comm->timeoutSec)
+  if (comm->timeoutSec > 0 && llNowSec() - w->start > comm->timeoutSec) {
+    char said[400] = "";
+    waitNoteDescribe(comm, whoRank, said, 0, sizeof(said));
     return commFail(comm, ncclxRemoteError,
                     "timeout: no progress for %.0f s during %s #%llu (LL protocol), waiting for "
-                    "%s of %s",
+                    "%s of %s%s",
                     comm->timeoutSec, comm->curOpName ? comm->curOpName : "operation",
                     (unsigned long long)comm->curOpSeq, who,
-                    commDescribeRank(comm, whoRank, desc, sizeof(desc)));
+                    commDescribeRank(comm, whoRank, desc, sizeof(desc)), said);
+  }
   return ncclxSuccess;
 }
 

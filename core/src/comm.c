@@ -18,6 +18,7 @@
 #include "prof.h"
 #include "transport.h"
 #include "tune.h"
+#include "waitnote.h"
 #include "xfer.h"
 
 #define API __attribute__((visibility("default")))
@@ -275,6 +276,7 @@ static struct ncclxComm* commAlloc(int rank, int nranks) {
 }
 
 static void commFreeResources(struct ncclxComm* comm) {
+  waitNoteFree(comm);
   peersClose(comm);
   tuneCommFinalize(comm);
   profCommFinalize(comm);

@@ -98,6 +98,8 @@ struct ncclxComm {
   uint64_t collSeq, p2pSeq;
   const char* curOpName; /* "allreduce", for error messages */
   uint64_t curOpSeq;
+  char curPath[48];      /* how this rank runs it ("ring/simple"), for wait notes */
+  struct waitNotes* waitNotes; /* waitnote.c: notes sent during the running call */
   void* curProfEvent;    /* profiler handle of the running op: parent of its STEP events */
   /* The step in progress, published for ncclxCommDump from other threads. */
   struct ncclxXferLive* live; /* under liveLock: it lives on the running step's stack */

@@ -151,6 +151,7 @@ static ncclxResult_t fuseExec(fuseOp* f, ncclxStream_t stream) {
     f->seq = ++comm->collSeq; /* every rank makes the same calls: sequences stay in step */
     comm->curOpName = f->name;
     comm->curOpSeq = f->seq;
+    snprintf(comm->curPath, sizeof(comm->curPath), "CommFuse");
     fuseAutoResolve(f); /* AUTO: this shape's schedule, before anything reads f->sched */
     if (f->autoShape) timeCallbacks(f);
     INFO(NCCLX_LOG_COLL, "%s #%llu: count %zu %s schedule %s(%d) comm %s nranks %d", f->name,

@@ -22,6 +22,7 @@
 #include "debug.h"
 #include "net_shm.h"
 #include "transport.h"
+#include "waitnote.h"
 #include "xfer.h"
 
 #define HELLO_MAGIC 0x6e63636c7868656cull
@@ -425,13 +426,20 @@ ncclxResult_t peersEnsure(struct ncclxComm* comm, const int* sendPeers, int nsen
     unsigned sleeps = idle - 128;
     idleSleep(comm, sleeps < 4 ? 1 : sleeps < 8 ? 2 : sleeps < 16 ? 4 : 8);
     char notice[1024];
+    int awaited[8], nAwaited = 0;
+    for (int i = 0; i < npc && nAwaited < 8; i++)
+      if (pcs[i].peer >= 0) awaited[nAwaited++] = pcs[i].peer;
+    for (int i = 0; i < nrecv && nAwaited < 8; i++)
+      if (recvPeers[i] != comm->rank && !comm->conns[recvPeers[i]].recvComm) awaited[nAwaited++] = recvPeers[i];
     if (atomic_load(&comm->abortFlag)) {
       res = commCheckHealthy(comm);
       if (res == ncclxSuccess) res = ncclxInvalidUsage;
     } else if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice))) {
       res = commSetError(comm, ncclxRemoteError, "%s", notice);
+    } else if ((res = waitNoteCheck(comm, awaited, nAwaited, nowSec() - lastProgress)) != ncclxSuccess) {
+      /* the ranks run different calls: the error names both */
     } else if (comm->timeoutSec > 0 && nowSec() - lastProgress > comm->timeoutSec) {
-      char list[512] = "", who[128];
+      char list[1024] = "", who[128];
       size_t len = 0;
       for (int i = 0; i < npc && len < sizeof(list) - 130; i++)
         if (pcs[i].peer >= 0)
@@ -441,6 +449,7 @@ ncclxResult_t peersEnsure(struct ncclxComm* comm, const int* sendPeers, int nsen
         if (recvPeers[i] != comm->rank && !comm->conns[recvPeers[i]].recvComm)
           len += (size_t)snprintf(list + len, sizeof(list) - len, " from %s;",
                                   commDescribeRank(comm, recvPeers[i], who, sizeof(who)));
+      if (nAwaited > 0) len = waitNoteDescribe(comm, awaited[0], list, len, sizeof(list));
       res = commFail(comm, ncclxRemoteError,
                      "timeout: no connection progress for %.0f s during %s #%llu; missing:%s",
                      comm->timeoutSec, comm->curOpName ? comm->curOpName : "connection setup",

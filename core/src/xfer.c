@@ -18,6 +18,7 @@
 #include "prof.h"
 #include "reduce.h"
 #include "transport.h"
+#include "waitnote.h"
 
 #define XFER_STACK_STATES 64 /* pollfds of one sleep */
 
@@ -391,16 +392,22 @@ static ncclxResult_t xferCheckStuck(ncclxXfer* x, struct xferState* s, int n,
   }
   if (bootstrapPollAbort(comm->bootstrap, notice, sizeof(notice)))
     return commSetError(comm, ncclxRemoteError, "%s", notice);
-  if (comm->timeoutSec <= 0 || nowSec() - lastProgress <= comm->timeoutSec) return ncclxSuccess;
-  char list[640] = "", who[128];
+  double waited = nowSec() - lastProgress;
+  int awaited[8], nAwaited = 0;
+  for (int i = 0; i < n && nAwaited < 8; i++)
+    if (s[i].msgsDone != s[i].msgsTotal && s[i].comm == comm) awaited[nAwaited++] = x[i].peer;
+  NCCLX_CHECK(waitNoteCheck(comm, awaited, nAwaited, waited));
+  if (comm->timeoutSec <= 0 || waited <= comm->timeoutSec) return ncclxSuccess;
+  char list[1024] = "", who[128];
   size_t len = 0;
-  for (int i = 0; i < n && len < sizeof(list) - 200; i++) {
+  for (int i = 0; i < n && len < sizeof(list) - 400; i++) {
     if (s[i].msgsDone == s[i].msgsTotal) continue;
     len += (size_t)snprintf(list + len, sizeof(list) - len, " %s %s (%zu of %zu bytes);",
                             x[i].isSend ? "sending to" : "receiving from",
                             commDescribeRank(s[i].comm, x[i].peer, who, sizeof(who)),
                             x[i].doneBytes, x[i].bytes);
   }
+  if (nAwaited > 0) len = waitNoteDescribe(comm, awaited[0], list, len, sizeof(list));
   return commFail(comm, ncclxRemoteError, "timeout: no progress for %.0f s during %s #%llu, waiting on:%s",
                   comm->timeoutSec, opName(comm), (unsigned long long)comm->curOpSeq, list);
 }
