@@ -210,6 +210,26 @@ static int acceptHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct 
                    "address, or ranks that disagree on NCCLX_JOB_SECRET or the launcher's job identity)");
     return 0;
   }
+  /* The rendezvous has failed: ranks still arriving learn why now, not at their timeout. */
+  if (r->conflict[0]) {
+    char why[400];
+    snprintf(why, sizeof(why), "the root refused rank %d: %s", m->rank, r->conflict);
+    sendTableError(h->fd, r->secret, ncclxInvalidUsage, why);
+    r->rdvConflictTold++;
+    return 0;
+  }
+  /* Every rank of a job passes the same nranks: a rank that does not dooms the rendezvous
+   * (or is another job's, at an anonymous address). Fail every rank now, naming both numbers. */
+  if (m->nranks != r->nranks) {
+    snprintf(r->conflict, sizeof(r->conflict),
+             "rank %d from %s says nranks=%d but the root has nranks=%d: every rank of a job must pass the same "
+             "nranks%s", m->rank, helloName(h), m->nranks, r->nranks,
+             p->anonymous ? " (or another job is using the same NCCLX_COMM_ID address)" : "");
+    WARN("bootstrap: root refused a rank: %s", r->conflict);
+    sendTableError(h->fd, r->secret, ncclxInvalidUsage, r->conflict);
+    r->rdvConflictTold++;
+    return 0;
+  }
   /* An anonymous id's secret is the address's: a second rank 0, or a rank joining twice,
    * means two jobs meet here. Admitting either would mix them: fail the rendezvous. */
   if (p->anonymous && !r->conflict[0] && (m->rank == p->first || (m->rank > p->first && m->rank < p->end &&
@@ -222,12 +242,10 @@ static int acceptHello(struct bootstrapRoot* r, const struct rdvPlan* p, struct 
     snprintf(why, sizeof(why), "rank %d is a duplicate: %s", m->rank, r->conflict);
     WARN("bootstrap: root refused a rank: %s", why);
     sendTableError(h->fd, r->secret, ncclxInvalidUsage, why);
+    r->rdvConflictTold++;
     return 0;
   }
-  if (m->nranks != r->nranks)
-    snprintf(why, sizeof(why), "rank %d from %s says nranks=%d but the root has nranks=%d", m->rank, helloName(h),
-             m->nranks, r->nranks);
-  else if (m->rank <= p->first || m->rank >= p->end)
+  if (m->rank <= p->first || m->rank >= p->end)
     snprintf(why, sizeof(why), "connection from %s claims rank %d, outside %d..%d (the ranks of unique id %d of %d)",
              helloName(h), m->rank, p->first + 1, p->end - 1, p->group, p->nIds);
   else if (fds[m->rank] >= 0)
@@ -531,12 +549,17 @@ static ncclxResult_t rendezvousServe(struct bootstrap* b, const struct rdvPlan* 
   for (int i = 0; i < r->nranks; i++) fds[i] = -1;
   int nPending = 0, registered = 1, rootIn = 0, rootOut = 0;
 
-  double nextSweep = 0, graceEnd = 0;
+  double nextSweep = 0, graceEnd = 0, conflictEnd = 0;
   for (;;) {
     int complete = registered == groupSize && rootIn == p->nRootPeers && rootOut == p->nRootPeers;
     /* Anonymous ids: a complete group waits a moment more for a duplicate of another job. */
     if (complete && p->anonymous && graceEnd == 0) graceEnd = bsNow() + ANON_GRACE_SEC;
-    if (r->conflict[0] || bsNow() >= deadline || (complete && (!p->anonymous || bsNow() >= graceEnd))) break;
+    /* After a conflict, linger a moment answering ranks still arriving (they fail at once
+     * instead of at their timeout), until every member has heard. */
+    if (r->conflict[0] && conflictEnd == 0) conflictEnd = bsNow() + CONFLICT_LINGER_SEC;
+    int allTold = registered + r->rdvConflictTold >= groupSize;
+    if (r->conflict[0] && (allTold || bsNow() >= conflictEnd)) break;
+    if (bsNow() >= deadline || (!r->conflict[0] && complete && (!p->anonymous || bsNow() >= graceEnd))) break;
     for (int k = 0; k < p->nRootPeers; k++) {
       if (rootSent[k]) continue;
       rootSendErr[k] = sendRootHello(r, p, k);
