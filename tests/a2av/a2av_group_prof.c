@@ -19,11 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "alltoallv_dynamic.h"
-#include "comm.h"
+#include "moe/alltoallv_dynamic.h"
+#include "comm/comm.h"
 #include "ncclx/moe.h"
 #include "ncclx/profiler.h"
-#include "prof.h"
+#include "prof/prof.h"
 
 #define MAXEV 64
 

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "ncclx/moe.h"
 
 #define CHECK(rank, call)                                                                \

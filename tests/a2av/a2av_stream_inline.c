@@ -21,9 +21,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "debug.h"
+#include "util/debug.h"
 #include "ncclx.h"
-#include "stream.h"
+#include "sched/stream.h"
 
 static int failures;
 #define CHECK(cond)                                                  \

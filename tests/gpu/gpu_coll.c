@@ -18,7 +18,7 @@
 #include "gpu_test_util.h"
 #include "ncclx.h"
 #include "ncclx/cuda.h"
-#include "reduce.h"
+#include "util/reduce.h"
 
 #define COUNT 4099 /* odd: no accidental alignment */
 

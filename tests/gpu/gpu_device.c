@@ -10,11 +10,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda_kernels.h"
+#include "gpu/cuda_kernels.h"
 #include "gpu_test_util.h"
 #include "ncclx.h"
 #include "ncclx/cuda.h"
-#include "reduce.h"
+#include "util/reduce.h"
 
 static uint64_t rngState = 0x853c49e6748fea9bull;
 static uint64_t rnd(void) {

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "devmath.h"
-#include "reduce.h"
+#include "util/devmath.h"
+#include "util/reduce.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                           \

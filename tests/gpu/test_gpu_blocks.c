@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blocks.h"
+#include "gpu/blocks.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                          \

@@ -3,7 +3,7 @@
  * much reads past the user's allocation). */
 #include <stdio.h>
 
-#include "gpu_extent.h"
+#include "gpu/gpu_extent.h"
 
 static int failures;
 #define EXPECT(a, nranks, rank, send, recv, input)                                         \

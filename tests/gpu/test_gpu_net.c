@@ -28,14 +28,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "gpu.h"
-#include "gpu_net.h"
+#include "comm/comm.h"
+#include "gpu/gpu.h"
+#include "gpu/gpu_net.h"
 #include "ncclx.h"
 #include "ncclx/cuda.h"
 #include "ncclx/net.h"
 #ifdef NCCLX_HAVE_CUDA
-#include "gpu_runtime.h"
+#include "gpu/gpu_runtime.h"
 #define CUDA_BUILD 1
 #else
 #define CUDA_BUILD 0

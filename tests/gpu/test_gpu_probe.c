@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu.h"
+#include "gpu/gpu.h"
 #include "ncclx.h"
 #include "ncclx/cuda.h"
 #include "ncclx/moe.h"

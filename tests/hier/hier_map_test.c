@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
-#include "coll_hier.h"
+#include "coll/coll.h"
+#include "coll/coll_hier.h"
 
 static int failures;
 

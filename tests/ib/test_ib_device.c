@@ -27,7 +27,7 @@
 #include "ib_test.h"
 #include "ncclx/net.h"
 #include "ncclx/profiler.h"
-#include "plugin_loader.h" /* ncclxNetValidate: the core's own acceptance check */
+#include "plugin/plugin_loader.h" /* ncclxNetValidate: the core's own acceptance check */
 
 #ifndef NCCLX_IB_PLUGIN_PATH
 #error "NCCLX_IB_PLUGIN_PATH must name libncclx-net-ib.so"

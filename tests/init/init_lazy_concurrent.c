@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "init_fork.h"
 #include "ncclx.h"
-#include "peers.h"
+#include "transport/peers.h"
 
 #define NRANKS 5
 #define NTHREADS 4

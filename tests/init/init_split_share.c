@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "init_fork.h"
 #include "ncclx.h"
-#include "peers.h"
+#include "transport/peers.h"
 
 #define NRANKS 4
 #define ITERS 10

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "debug.h"
-#include "plugin_loader.h"
+#include "config/config.h"
+#include "util/debug.h"
+#include "plugin/plugin_loader.h"
 
 #ifndef NCCLX_TEST_FAKE_PLUGIN_DIR
 #error "NCCLX_TEST_FAKE_PLUGIN_DIR must name the directory of the fake plugins"

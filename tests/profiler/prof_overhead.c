@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "mp_fork.h"
 #include "mp_util.h"
 

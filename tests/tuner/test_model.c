@@ -11,12 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coll_ll.h"
-#include "config.h"
+#include "coll/coll_ll.h"
+#include "config/config.h"
 #include "perf_hooks.h" /* with tune.h: the compiler checks that the prototypes agree */
-#include "tune.h"
-#include "tune_model.h"
-#include "xfer.h"
+#include "tune/tune.h"
+#include "tune/tune_model.h"
+#include "sched/xfer.h"
 
 static int failures;
 #define CHECK(cond)                                                   \

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "debug.h"
+#include "bootstrap/bootstrap.h"
+#include "util/debug.h"
 
 static int gRank = -1; /* for failure messages */
 
@@ -416,21 +416,16 @@ static int strangerLaterRank(int rank, void* arg) {
   return 0;
 }
 
-/* Rank 1 joins twice (the second is a duplicate) and a process with the wrong nranks
- * joins too; the root refuses both and completes init with the genuine ranks. */
+/* Rank 1 joins twice (the second is a duplicate): the root refuses it and completes init with
+ * the genuine ranks. */
 static int duplicateProc(int proc, void* arg) {
   const struct scenario* s = arg;
-  static const int rankOf[5] = {0, 1, 1, 1, 2}, nranksOf[5] = {3, 3, 3, 4, 3}, delayMs[5] = {0, 0, 1000, 0, 2000};
+  static const int rankOf[4] = {0, 1, 1, 2}, delayMs[4] = {0, 0, 1000, 2000};
   sleepMs(delayMs[proc]);
   struct bootstrap* b = NULL;
-  ncclxResult_t res = bootstrapInit(&s->id, rankOf[proc], nranksOf[proc], s->timeout, &b);
+  ncclxResult_t res = bootstrapInit(&s->id, rankOf[proc], 3, s->timeout, &b);
   if (proc == 2) {
     CHECK(res != ncclxSuccess && strstr(ncclxThreadLastError(), "duplicate"), "duplicate rank 1: %d %s", (int)res,
-          ncclxThreadLastError());
-    return 0;
-  }
-  if (proc == 3) {
-    CHECK(res != ncclxSuccess && strstr(ncclxThreadLastError(), "nranks=4"), "wrong nranks: %d %s", (int)res,
           ncclxThreadLastError());
     return 0;
   }
@@ -438,8 +433,22 @@ static int duplicateProc(int proc, void* arg) {
   int v[3] = {0, 0, 0};
   v[rankOf[proc]] = proc + 1;
   CHECK_OK(bootstrapAllGather(b, v, sizeof(int), 1));
-  CHECK(v[0] == 1 && v[1] == 2 && v[2] == 5, "table %d %d %d", v[0], v[1], v[2]);
+  CHECK(v[0] == 1 && v[1] == 2 && v[2] == 4, "table %d %d %d", v[0], v[1], v[2]);
   bootstrapRelease(b);
+  return 0;
+}
+
+/* Rank 2 says nranks = 4 where the others say 3: the job is misconfigured, and every rank
+ * fails at once (well before the 10 s timeout) with a sentence naming both numbers. */
+static int wrongNranksProc(int rank, void* arg) {
+  const struct scenario* s = arg;
+  double t0 = nowSec();
+  struct bootstrap* b = NULL;
+  ncclxResult_t res = bootstrapInit(&s->id, rank, rank == 2 ? 4 : 3, s->timeout, &b);
+  const char* why = ncclxThreadLastError();
+  CHECK(res != ncclxSuccess && strstr(why, "nranks=4") && strstr(why, "nranks=3"), "rank %d: %d %s", rank, (int)res,
+        why);
+  CHECK(nowSec() - t0 < 3.0, "rank %d failed after %.1f s, not at once", rank, nowSec() - t0);
   return 0;
 }
 
@@ -634,7 +643,9 @@ int main(void) {
   int dupIdFailed = scenarioFromString(&s, 3, 10.0);
   unsetenv("NCCLX_JOB_ID");
   if (dupIdFailed) return 1;
-  failed |= runAll("duplicate rank and wrong nranks", 5, duplicateProc, &s, 30.0);
+  failed |= runAll("duplicate rank", 4, duplicateProc, &s, 30.0);
+  if (scenarioFromString(&s, 3, 10.0)) return 1;
+  failed |= runAll("wrong nranks fails every rank at once", 3, wrongNranksProc, &s, 30.0);
   if (scenarioFromString(&s, 3, 2.0)) return 1;
   failed |= runAll("rank 2 never shows up (2 s timeout)", 3, missingRankProc, &s, 20.0);
   if (scenarioFromString(&s, 2, 2.0)) return 1;

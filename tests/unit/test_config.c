@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "ncclx/config_value.h"
-#include "debug.h"
+#include "util/debug.h"
 
 static int failures;
 #define CHECK(cond)                                                            \

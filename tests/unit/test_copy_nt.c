@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "copy_nt.h"
+#include "util/copy_nt.h"
 
 #define GUARD 64
 #define MAX_BYTES (70 * 1024)

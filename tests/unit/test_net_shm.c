@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "net_shm.h"
-#include "shm_internal.h" /* SHM_ARM_IDLE */
+#include "transport/shm/net_shm.h"
+#include "transport/shm/shm_internal.h" /* SHM_ARM_IDLE */
 
 static const ncclxNet_t* N = &ncclxNetShm;
 static int failures;

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plugin_loader.h"
+#include "plugin/plugin_loader.h"
 
 static const ncclxNet_t* net = &ncclxNetSocket;
 

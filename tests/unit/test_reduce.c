@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reduce.h"
+#include "util/reduce.h"
 
 static int failures;
 #define CHECK(cond, ...)                                              \

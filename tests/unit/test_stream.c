@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "debug.h"
+#include "util/debug.h"
 #include "ncclx.h"
-#include "stream.h"
+#include "sched/stream.h"
 
 static int failures;
 

@@ -1,0 +1,24 @@
+/* Feature modules (ncclx/module.h): loaded on first use from [modules] in ncclx.ini, each
+ * implementing a family of public calls that libncclx forwards to it. */
+#ifndef NCCLX_MODULE_INTERNAL_H
+#define NCCLX_MODULE_INTERNAL_H
+
+#include "ncclx/module.h"
+
+struct ncclxComm;
+
+/* Modules known to the core: their [modules] key, default file and family. */
+typedef enum { MODULE_COMMFUSE = 0, MODULE_COUNT } moduleId;
+
+/* The family table of module id (loading it on first use), or NULL with this thread's error
+ * set, naming fn, the module and its [modules] key (disabled, missing, refused). */
+const void* moduleFamily(moduleId id, const char* fn);
+/* Without an error: NULL when the module is not (or cannot be) loaded. */
+const void* moduleFamilyQuiet(moduleId id);
+
+/* The core's side of the ABI (module_core.c). */
+const ncclxModuleCore_v1_t* moduleCoreTable(void);
+/* A communicator goes: hand each module its state (module_loader.c). */
+void moduleCommDestroy(struct ncclxComm* comm);
+
+#endif

@@ -1,0 +1,67 @@
+/* CommFuse is a feature module (ncclx/module.h): with it switched off, named wrongly or
+ * replaced by a file that is not a module, its calls fail with ncclxInvalidUsage naming the
+ * module and the ini key, the communicator stays usable, and a loaded module serves them.
+ *
+ *   fuse_module on|off|missing|notmodule
+ *
+ * CTest sets NCCLX_MODULES_COMMFUSE for each mode. One rank: the point is the loading. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ncclx.h"
+#include "ncclx/fuse.h"
+
+static int consumed;
+
+static int consume(void* user, int src, size_t off, const void* data, size_t count) {
+  (void)user, (void)src, (void)off;
+  consumed += (int)count;
+  return ((const float*)data)[0] == 7.0f ? 0 : 1;
+}
+
+static int expectRefused(ncclxResult_t res, ncclxComm_t comm, const char* word) {
+  const char* why = ncclxGetLastError(comm);
+  printf("ncclxAllGatherCompute: %s: %s\n", ncclxGetErrorString(res), why);
+  int ok = res == ncclxInvalidUsage && strstr(why, "CommFuse module") && strstr(why, "[modules] commfuse") &&
+           strstr(why, word);
+  if (!ok) fprintf(stderr, "FAIL: expected ncclxInvalidUsage naming the CommFuse module, [modules] commfuse and '%s'\n", word);
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  ncclxUniqueId id;
+  ncclxComm_t comm;
+  if (ncclxGetUniqueId(&id) != ncclxSuccess || ncclxCommInitRank(&comm, 1, id, 0) != ncclxSuccess) {
+    fprintf(stderr, "FAIL: init: %s\n", ncclxGetLastError(NULL));
+    return 1;
+  }
+  float send[4] = {7, 7, 7, 7}, recv[4] = {0};
+  ncclxResult_t res =
+      ncclxAllGatherCompute(send, recv, 4, ncclxFloat32, consume, NULL, NCCLX_FUSE_SEQUENTIAL, comm, NULL);
+  int bad = 0;
+  if (!strcmp(mode, "on")) {
+    bad = res != ncclxSuccess || consumed != 4 || recv[3] != 7.0f;
+    if (bad) fprintf(stderr, "FAIL: %s, consumed %d, recv[3] %g: %s\n", ncclxGetErrorString(res), consumed, recv[3],
+                     ncclxGetLastError(comm));
+  } else if (!strcmp(mode, "off")) {
+    bad = expectRefused(res, comm, "switched off");
+  } else if (!strcmp(mode, "missing")) {
+    bad = expectRefused(res, comm, "libncclx-module-nosuch.so");
+  } else if (!strcmp(mode, "notmodule")) {
+    bad = expectRefused(res, comm, "ncclxModule_v1");
+  } else {
+    fprintf(stderr, "usage: %s on|off|missing|notmodule\n", argv[0]);
+    return 2;
+  }
+  /* Refused for a missing module, the communicator still works. */
+  float x = 1, y = 0;
+  if (ncclxAllReduce(&x, &y, 1, ncclxFloat32, ncclxSum, comm, NULL) != ncclxSuccess || y != 1.0f) {
+    fprintf(stderr, "FAIL: the communicator is not usable after the refusal: %s\n", ncclxGetLastError(comm));
+    bad = 1;
+  }
+  ncclxCommDestroy(comm);
+  printf("fuse_module %s: %s\n", mode, bad ? "FAIL" : "PASS");
+  return bad;
+}
