@@ -92,12 +92,15 @@ static void load(moduleId id) {
     return;
   }
   loaded[id].module = m;
-  loaded[id].table = table; /* stays loaded for the life of the process, as plugins do */
+  __atomic_store_n(&loaded[id].table, table, __ATOMIC_RELEASE); /* loaded for the life of the process */
   INFO(NCCLX_LOG_INIT | NCCLX_LOG_PLUGIN, "module %s: %s loaded from %s", k->key, m->name, path);
 }
 
 const void* moduleFamilyQuiet(moduleId id) {
   if ((unsigned)id >= MODULE_COUNT) return NULL;
+  /* Every call of a family asks: once loaded, no lock. */
+  const void* ready = __atomic_load_n(&loaded[id].table, __ATOMIC_ACQUIRE);
+  if (ready) return ready;
   pthread_mutex_lock(&loadLock);
   if (!loaded[id].tried) {
     loaded[id].tried = 1;

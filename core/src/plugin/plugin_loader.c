@@ -183,7 +183,7 @@ static void* openPlugin(const char* type, const char* name, char* path, size_t p
   }
   char tried[REASON_MAX] = "";
   const char* configured = ncclxConfigGet("core", "plugin_path");
-  char dirs[4096], own[PATH_MAX];
+  char dirs[8192], own[1024];
   ownPluginDir(own, sizeof(own));
   snprintf(dirs, sizeof(dirs), "%s:%s:%s:%s", configured ? configured : "", own, NCCLX_PLUGIN_DIR_BUILD,
            NCCLX_PLUGIN_DIR_INSTALL);
