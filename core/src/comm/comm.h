@@ -101,7 +101,10 @@ struct ncclxComm {
   uint64_t collSeq, p2pSeq;
   const char* curOpName; /* "allreduce", for error messages */
   uint64_t curOpSeq;
-  char curPath[48];      /* how this rank runs it ("ring/simple"), for wait notes */
+  /* How this rank runs it, for wait notes: a collective's algorithm and protocol (-1: none),
+   * or a module's text. Set per call, so plain values: formatting costs on small calls. */
+  int curAlgo, curProto;
+  const char* curPathText;
   struct waitNotes* waitNotes; /* waitnote.c: notes sent during the running call */
   void* curProfEvent;    /* profiler handle of the running op: parent of its STEP events */
   /* The step in progress, published for ncclxCommDump from other threads. */

@@ -72,7 +72,7 @@ static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncc
   ctx->seq = ++comm->collSeq; /* every rank makes the same calls: sequences stay in step */
   comm->curOpName = op->name;
   comm->curOpSeq = ctx->seq;
-  snprintf(comm->curPath, sizeof(comm->curPath), "%s", op->path ? op->path : "");
+  comm->curAlgo = comm->curProto = -1, comm->curPathText = op->path;
   void* ev = NULL;
   if (profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
     ncclxCollArgs a = {.coll = op->profColl, .sendbuff = op->sendbuff, .recvbuff = op->recvbuff, .count = op->count,

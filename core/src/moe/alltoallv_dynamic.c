@@ -763,7 +763,7 @@ ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
     uint64_t seq = ++comm->collSeq;
     comm->curOpName = name;
     comm->curOpSeq = seq;
-    comm->curPath[0] = '\0';
+    comm->curAlgo = comm->curProto = -1, comm->curPathText = NULL;
     INFO(NCCLX_LOG_COLL, "%s #%llu: %zu %s (%zu bytes) to send, comm %s nranks %d", name,
          (unsigned long long)seq, info->count, ncclxTypeName(info->datatype), info->bytes, comm->name,
          comm->nranks);

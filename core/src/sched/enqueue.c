@@ -166,7 +166,7 @@ static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclx
     comm->curOpName = ncclxCollName(coll->coll);
     comm->curOpSeq = seq;
     tuneSelect(comm, coll);
-    snprintf(comm->curPath, sizeof(comm->curPath), "%s/%s", ncclxAlgoName(coll->algo), ncclxProtoName(coll->proto));
+    comm->curAlgo = coll->algo, comm->curProto = coll->proto, comm->curPathText = NULL;
     INFO(NCCLX_LOG_COLL, "%s #%llu: count %zu %s op %s root %d comm %s nranks %d algo %s proto %s",
          collFuncName(coll->coll), (unsigned long long)seq, coll->count,
          ncclxTypeName(coll->datatype), ncclxOpName(coll->op), coll->root, comm->name,
@@ -238,7 +238,7 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
               : commCheckHealthy(comms[j]);
     comms[j]->curOpName = "send/recv";
     comms[j]->curOpSeq = comms[j]->p2pSeq + 1;
-    comms[j]->curPath[0] = '\0';
+    comms[j]->curAlgo = comms[j]->curProto = -1, comms[j]->curPathText = NULL;
   }
   if (res == ncclxSuccess) {
     for (int i = 0; i < n; i++) {

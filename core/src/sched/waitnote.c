@@ -56,7 +56,10 @@ static struct waitNote noteOfCall(const struct ncclxComm* comm, int waitingFor) 
   n.isColl = inCollective(comm);
   n.sigKind = comm->xferSigKind;
   snprintf(n.op, sizeof(n.op), "%s", comm->curOpName ? comm->curOpName : "");
-  snprintf(n.path, sizeof(n.path), "%s", comm->curPath);
+  if (comm->curPathText)
+    snprintf(n.path, sizeof(n.path), "%s", comm->curPathText);
+  else if (comm->curAlgo >= 0)
+    snprintf(n.path, sizeof(n.path), "%s/%s", ncclxAlgoName(comm->curAlgo), ncclxProtoName(comm->curProto));
   return n;
 }
 
