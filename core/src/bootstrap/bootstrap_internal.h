@@ -4,6 +4,9 @@
  *   bootstrap_sock.c  time, addresses, sockets (listen, connect, send/recv with deadlines)
  *   bootstrap_id.c    unique ids, job secrets, host identity
  *   bootstrap_root.c  bootstrapInit: the rendezvous at the root, then the address all-gather
+ *   bootstrap_hello.c the root's handling of each hello (checks, refusals, flood protection)
+ *   bootstrap_reply.c the root's replies (Bruck partners or the whole table), and reading them
+ *   bootstrap_rdv.h   what those three share
  *   bootstrap_msg.c   per-process state, incoming traffic, point-to-point send/recv
  *   bootstrap_coll.c  all-gather, barrier, abort notices
  *   bootstrap_note.c  wait notes: the latest one each rank sent us
