@@ -152,6 +152,18 @@ class ProcessGroupNCCLX(ProcessGroup):
             comm.destroy()
 
 
+def comm_of(group=None):
+    """The ncclx.Comm under a torch.distributed group of backend "ncclx" (None: the default
+    group), for ncclx's own features on the same ranks (ncclx.fuse)."""
+    if group is None or group is dist.group.WORLD:
+        group = dist.distributed_c10d._get_default_group()
+    comm = getattr(group, "comm", None)
+    if not isinstance(group, ProcessGroupNCCLX) or comm is None:
+        raise ValueError("ncclx.torch.comm_of: the group's backend is %s, not ncclx" %
+                         getattr(group, "getBackendName", lambda: type(group).__name__)())
+    return comm
+
+
 def _create(store, rank, size, timeout):
     return ProcessGroupNCCLX(store, rank, size, timeout)
 
