@@ -2,13 +2,17 @@
  * replaced by a file that is not a module, its calls fail with ncclxInvalidUsage naming the
  * module and the ini key, the communicator stays usable, and a loaded module serves them.
  *
- *   fuse_module on|off|missing|notmodule
+ *   fuse_module on|off|missing|notmodule|differ
  *
- * CTest sets NCCLX_MODULES_COMMFUSE for each mode. One rank: the point is the loading. */
+ * CTest sets NCCLX_MODULES_COMMFUSE for each mode. One rank: the point is the loading.
+ * differ: two ranks, rank 1 with the module off: init fails on both, naming the setting
+ * (ranks that load different modules would run different steps and wait for each other). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mp_fork.h"
+#include "mp_util.h"
 #include "ncclx.h"
 #include "ncclx/fuse.h"
 
@@ -29,8 +33,37 @@ static int expectRefused(ncclxResult_t res, ncclxComm_t comm, const char* word) 
   return ok ? 0 : 1;
 }
 
+static int differRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)arg;
+  if (rank == 1) setenv("NCCLX_MODULES_COMMFUSE", "off", 1); /* before this process reads its config */
+  ncclxComm_t comm = NULL;
+  ncclxResult_t res = ncclxCommInitRank(&comm, nranks, id, rank);
+  const char* why = ncclxGetLastError(NULL);
+  printf("rank %d: init %s: %s\n", rank, ncclxGetErrorString(res), why);
+  if (res == ncclxSuccess) {
+    ncclxCommDestroy(comm);
+    return 1;
+  }
+  return res == ncclxInvalidUsage && strstr(why, "[modules]") && strstr(why, "commfuse = ") ? 0 : 1;
+}
+
+static int differ(void) {
+  ncclxUniqueId id;
+  if (ncclxGetUniqueId(&id) != ncclxSuccess) return 1;
+  mpJob job;
+  mpJobInit(&job, 2);
+  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, differRank, id, NULL);
+  int ranks[2] = {0, 1};
+  mpJobWait(&job, ranks, 2, mpNow() + 30);
+  int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
+  mpJobKillRest(&job);
+  printf("fuse_module differ: %s\n", bad ? "FAIL (both ranks must fail init naming [modules])" : "PASS");
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "differ")) return differ();
   ncclxUniqueId id;
   ncclxComm_t comm;
   if (ncclxGetUniqueId(&id) != ncclxSuccess || ncclxCommInitRank(&comm, 1, id, 0) != ncclxSuccess) {

@@ -377,6 +377,7 @@ static ncclxResult_t commPrepare(struct ncclxComm* comm, struct ncclxComm* paren
   me->hostHash = hostIdentity(me->hostname);
   NCCLX_CHECK(parent ? peersListenShared(comm, parent) : peersListen(comm));
   me->cmaFast = me->shmEnabled && cmaFastHere();
+  me->modulesHash = moduleConfigHash();
   return ncclxSuccess;
 }
 
@@ -391,6 +392,13 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
     if (comm->peerInfo[i].rank != i)
       return ncclxSetError(ncclxInternalError, "peer info exchange is corrupt: slot %d says rank %d",
                            i, comm->peerInfo[i].rank);
+  for (int i = 0; i < comm->nranks; i++)
+    if (comm->peerInfo[i].modulesHash != comm->peerInfo[comm->rank].modulesHash) {
+      char mine[256];
+      moduleConfigDescribe(mine, sizeof(mine));
+      return ncclxSetError(ncclxInvalidUsage, "rank %d's [modules] settings differ from rank %d's (%s): every rank of "
+                           "a job must load the same feature modules", i, comm->rank, mine);
+    }
   commCountHosts(comm);
 
   tuneCommInit(comm);

@@ -26,6 +26,7 @@ struct ncclxPeerInfo {
   int shmEnabled;
   int cpus; /* CPUs this rank's process may run on (xferHostCpus) */
   int cmaFast; /* process_vm_readv between ranks is allowed and fast here (comm.c, cmaFastHere) */
+  uint64_t modulesHash; /* the [modules] settings (module/module.h): the same on every rank */
 };
 
 /* A transport the communicator talks over: the network, or shared memory for peers on the

@@ -3,6 +3,8 @@
 #ifndef NCCLX_MODULE_INTERNAL_H
 #define NCCLX_MODULE_INTERNAL_H
 
+#include <stdint.h>
+
 #include "ncclx/module.h"
 
 struct ncclxComm;
@@ -18,6 +20,10 @@ const void* moduleFamilyQuiet(moduleId id);
 
 /* The core's side of the ABI (module_core.c). */
 const ncclxModuleCore_v1_t* moduleCoreTable(void);
+/* The [modules] settings as a hash every rank compares at init (ranks that load different
+ * modules would run different steps), and as text ("commfuse = on") for the error. */
+uint64_t moduleConfigHash(void);
+void moduleConfigDescribe(char* buf, size_t size);
 /* A communicator goes: hand each module its state (module_loader.c). */
 void moduleCommDestroy(struct ncclxComm* comm);
 

@@ -120,6 +120,28 @@ const void* moduleFamily(moduleId id, const char* fn) {
   return table;
 }
 
+static const char* settingOf(moduleId id) {
+  const char* v = ncclxConfigGet("modules", known[id].key);
+  return v ? v : "on";
+}
+
+uint64_t moduleConfigHash(void) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over "key=value;" of every module */
+  for (int id = 0; id < MODULE_COUNT; id++) {
+    char item[256];
+    snprintf(item, sizeof(item), "%s=%s;", known[id].key, settingOf((moduleId)id));
+    for (const char* c = item; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+void moduleConfigDescribe(char* buf, size_t size) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int id = 0; id < MODULE_COUNT && len < size; id++)
+    len += (size_t)snprintf(buf + len, size - len, "%s%s = %s", id ? ", " : "", known[id].key, settingOf((moduleId)id));
+}
+
 void moduleCommDestroy(struct ncclxComm* comm) {
   for (int id = 0; id < MODULE_COUNT; id++) {
     void* state = comm->moduleState[id];
