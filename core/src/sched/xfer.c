@@ -147,54 +147,11 @@ static int xferAwaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
   return 0;
 }
 
-/* Signed tags: the call's kind in bits 26-29, its bytes below (exact under 64 MiB, folded
- * above so that sizes 64 MiB apart still differ). */
-#define XFER_SIG_BYTES_BITS 26
-#define XFER_SIG_BYTES_MASK (((size_t)1 << XFER_SIG_BYTES_BITS) - 1)
-
+/* The signature every message of the running call carries (xfer.h). */
 static int xferSignature(int kind, size_t bytes) {
   size_t folded = bytes ^ ((bytes >> XFER_SIG_BYTES_BITS) * (size_t)0x9e3779b1u);
   return NCCLX_NET_TAG_SIGNED | (kind & (XFER_SIG_KINDS - 1)) << XFER_SIG_BYTES_BITS |
          (int)(folded & XFER_SIG_BYTES_MASK);
-}
-
-static const char* _Atomic moduleKindNames[NCCLX_MODULE_CALL_KINDS];
-
-void xferNameModuleKind(int kind, const char* name) {
-  if (kind >= 0 && kind < NCCLX_MODULE_CALL_KINDS) moduleKindNames[kind] = name; /* a module's static string */
-}
-
-static void xferSigKindName(int kind, char* buf, size_t size) {
-  const char* module = kind >= XFER_SIG_MODULE && kind < XFER_SIG_MODULE + NCCLX_MODULE_CALL_KINDS
-                           ? moduleKindNames[kind - XFER_SIG_MODULE]
-                           : NULL;
-  if (kind == XFER_SIG_P2P)
-    snprintf(buf, size, "send/recv");
-  else if (kind < XFER_SIG_MODULE)
-    snprintf(buf, size, "%s", ncclxCollName((ncclxCollType_t)(kind - XFER_SIG_COLL)));
-  else if (module)
-    snprintf(buf, size, "%s", module);
-  else
-    snprintf(buf, size, "module call kind %d", kind - XFER_SIG_MODULE);
-}
-
-/* What differs between the call a message came from (theirs) and ours, for "<rank> ...". */
-static void xferDescribeMismatch(int theirs, int ours, char* buf, size_t size) {
-  int tk = (theirs >> XFER_SIG_BYTES_BITS) & (XFER_SIG_KINDS - 1);
-  int ok = (ours >> XFER_SIG_BYTES_BITS) & (XFER_SIG_KINDS - 1);
-  unsigned tb = (unsigned)theirs & XFER_SIG_BYTES_MASK, ob = (unsigned)ours & XFER_SIG_BYTES_MASK;
-  char tn[32], on[32];
-  xferSigKindName(tk, tn, sizeof(tn));
-  xferSigKindName(ok, on, sizeof(on));
-  if (!(theirs & NCCLX_NET_TAG_SIGNED) || tk != ok)
-    snprintf(buf, size, "sent data of %s where this rank runs %s (collectives differ across ranks)",
-             (theirs & NCCLX_NET_TAG_SIGNED) ? tn : "an unsigned message", on);
-  else if (tk == XFER_SIG_P2P)
-    snprintf(buf, size, "sent %u bytes where this rank receives %u (counts or datatypes differ; "
-             "sizes of 64 MiB and more show folded)", tb, ob);
-  else
-    snprintf(buf, size, "called %s with %u bytes per rank where this rank has %u (counts or datatypes "
-             "differ between ranks; sizes of 64 MiB and more show folded)", tn, tb, ob);
 }
 
 /* Posting turns (see struct ncclxPeerConn): taken in start order, passed on once a

@@ -79,7 +79,13 @@ _Static_assert(XFER_SIG_MODULE + NCCLX_MODULE_CALL_KINDS <= XFER_SIG_KINDS, "sig
 /* The name of a module call kind in mismatch errors: the module's operation name, once this
  * rank has run one of that kind. */
 void xferNameModuleKind(int kind, const char* name);
+/* What differs between the call a message came from (its signature theirs) and ours (xfer_sig.c). */
+void xferDescribeMismatch(int theirs, int ours, char* buf, size_t size);
 #define XFER_SIG_PER_TRANSFER ((size_t)-1)
+/* A signature: the call's kind in bits 26-29, its bytes below (exact under 64 MiB, folded
+ * above so that sizes 64 MiB apart still differ). */
+#define XFER_SIG_BYTES_BITS 26
+#define XFER_SIG_BYTES_MASK (((size_t)1 << XFER_SIG_BYTES_BITS) - 1)
 /* Sign the transfers that follow with this call (kind, bytes per rank, or
  * XFER_SIG_PER_TRANSFER); xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER) after it. */
 static inline void xferSetCall(struct ncclxComm* comm, int kind, size_t bytes) {
