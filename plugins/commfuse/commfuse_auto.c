@@ -159,6 +159,11 @@ static int rank(const fuseOp* f, double computeUs, ncclxFuseSchedule_t* out) {
     while (j > 0 && us[order[j - 1]] > us[i] * 1.001) order[j] = order[j - 1], j--;
     order[j] = i;
   }
+  if (m == 0) { /* an empty block (no unit fits): nothing to overlap */
+    out[0].algo = ncclxFuseSequential;
+    out[0].slices = 1;
+    return 1;
+  }
   /* Overlap costs what the model leaves out (flows, smaller GEMMs): it must win clearly. */
   if (order[0] != 0 && us[order[0]] > FUSE_AUTO_OVERLAP_GAIN * us[0]) {
     for (int j = 0; j < m; j++)

@@ -2,11 +2,13 @@
  * replaced by a file that is not a module, its calls fail with ncclxInvalidUsage naming the
  * module and the ini key, the communicator stays usable, and a loaded module serves them.
  *
- *   fuse_module on|off|missing|notmodule|differ
+ *   fuse_module on|off|missing|notmodule|differ|empty
  *
  * CTest sets NCCLX_MODULES_COMMFUSE for each mode. One rank: the point is the loading.
  * differ: two ranks, rank 1 with the module off: init fails on both, naming the setting
- * (ranks that load different modules would run different steps and wait for each other). */
+ * (ranks that load different modules would run different steps and wait for each other).
+ * empty: two ranks, blocks of 0 elements under NCCLX_FUSE_AUTO (its cost model once read an
+ * uninitialised candidate there and crashed): both calls succeed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +63,44 @@ static int differ(void) {
   return bad ? 1 : 0;
 }
 
+static int produceNothing(void* u, int d, size_t off, void* out, size_t n) {
+  (void)u, (void)d, (void)off, (void)out, (void)n;
+  return 0;
+}
+
+static int emptyRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)arg;
+  ncclxComm_t comm = NULL;
+  if (ncclxCommInitRank(&comm, nranks, id, rank) != ncclxSuccess) return 2;
+  float buf[1];
+  ncclxResult_t a = ncclxAllGatherCompute(buf, buf, 0, ncclxFloat32, consume, NULL, NCCLX_FUSE_AUTO, comm, NULL);
+  ncclxResult_t b = ncclxComputeReduceScatter(produceNothing, NULL, buf, 0, ncclxFloat32, ncclxSum, NCCLX_FUSE_AUTO,
+                                              comm, NULL);
+  printf("rank %d: empty blocks under AUTO: %s, %s\n", rank, ncclxGetErrorString(a), ncclxGetErrorString(b));
+  ncclxCommDestroy(comm);
+  return a != ncclxSuccess || b != ncclxSuccess;
+}
+
+static int twoRanks(mpRankFn fn, const char* what) {
+  ncclxUniqueId id;
+  if (ncclxGetUniqueId(&id) != ncclxSuccess) return 1;
+  mpJob job;
+  mpJobInit(&job, 2);
+  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, fn, id, NULL);
+  int ranks[2] = {0, 1};
+  mpJobWait(&job, ranks, 2, mpNow() + 30);
+  int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
+  char d[96];
+  for (int r = 0; r < 2 && bad; r++) printf("rank %d: %s\n", r, mpDescribeStatus(&job, r, d, sizeof(d)));
+  mpJobKillRest(&job);
+  printf("fuse_module %s: %s\n", what, bad ? "FAIL" : "PASS");
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "differ")) return differ();
+  if (!strcmp(mode, "empty")) return twoRanks(emptyRank, "empty");
   ncclxUniqueId id;
   ncclxComm_t comm;
   if (ncclxGetUniqueId(&id) != ncclxSuccess || ncclxCommInitRank(&comm, 1, id, 0) != ncclxSuccess) {
