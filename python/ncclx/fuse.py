@@ -55,8 +55,9 @@ def _view(like, address, count):
     """A tensor of count elements of like's dtype at address (library memory), without a copy."""
     import torch
 
-    nbytes = count * like.element_size()
-    raw = (ctypes.c_char * max(nbytes, 1)).from_address(address)
+    if count == 0:  # torch.frombuffer refuses an empty buffer
+        return torch.empty(0, dtype=like.dtype)
+    raw = (ctypes.c_char * (count * like.element_size())).from_address(address)
     return torch.frombuffer(raw, dtype=like.dtype, count=count)
 
 
@@ -87,11 +88,15 @@ def all_gather_compute(comm, send, recv, consume, schedule=None, unit=1):
     view of recv starting `offset` elements into src_rank's block. unit: pieces are cut at
     multiples of it (a matrix row)."""
     p, count, t = ncclx.buffer(send)
-    q = ncclx.buffer(recv)[0]
+    q, room, rt = ncclx.buffer(recv)
+    if room < comm.nranks * count or rt != t:  # the library writes nranks blocks there
+        raise ValueError("ncclx.fuse.all_gather_compute: recv must hold %d x %d elements of send's dtype"
+                         % (comm.nranks, count))
     flat = recv.reshape(-1)
     guard = _Guard(lambda src, off, data, n: consume(src, off, flat[src * count + off: src * count + off + n]))
     cb = _CALLBACK(lambda user, src, off, data, n: guard(src, off, data, n))
-    res = _L.ncclxAllGatherCompute(p, q, count, t, cb, None, (schedule or Schedule())._c(unit), comm._comm, None)
+    res = _L.ncclxAllGatherCompute(p, q, count, t, cb, None, (schedule or Schedule())._c(unit), comm._comm,
+                                   None)
     guard.finish(res, comm)
 
 
@@ -102,8 +107,17 @@ def compute_reduce_scatter(comm, produce, recv, op=ncclx.SUM, schedule=None, uni
     q, count, t = ncclx.buffer(recv)
     guard = _Guard(lambda dst, off, out, n: produce(dst, off, _view(recv, out, n)))
     cb = _CALLBACK(lambda user, dst, off, out, n: guard(dst, off, out, n))
-    res = _L.ncclxComputeReduceScatter(cb, None, q, count, t, op, (schedule or Schedule())._c(unit), comm._comm, None)
+    res = _L.ncclxComputeReduceScatter(cb, None, q, count, t, op, (schedule or Schedule())._c(unit),
+                                       comm._comm, None)
     guard.finish(res, comm)
+
+
+def _matmul_args(fn, x, w):
+    """Shapes checked before the call: a matmul failing in a callback would abort the
+    communicator on every rank."""
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[0] or x.dtype != w.dtype:
+        raise ValueError("ncclx.fuse.%s: cannot multiply %s %s by %s %s" % (fn, tuple(x.shape), x.dtype,
+                                                                        tuple(w.shape), w.dtype))
 
 
 def all_gather_matmul(comm, x_shard, w, schedule=None):
@@ -111,11 +125,12 @@ def all_gather_matmul(comm, x_shard, w, schedule=None):
     (m, k) on every rank, w is (k, f); returns (nranks * m, f)."""
     import torch
 
+    _matmul_args("all_gather_matmul", x_shard, w)
     x_shard = x_shard.contiguous()
     m, k = x_shard.shape
     n = comm.nranks
     gathered = torch.empty((n * m, k), dtype=x_shard.dtype)
-    y = torch.empty((n * m, w.shape[1]), dtype=torch.result_type(x_shard, w))
+    y = torch.empty((n * m, w.shape[1]), dtype=x_shard.dtype)
 
     def consume(src, off, piece):
         r0 = src * m + off // k
@@ -132,12 +147,13 @@ def matmul_reduce_scatter(comm, a, b, op=ncclx.SUM, schedule=None):
     returns (m, w)."""
     import torch
 
+    _matmul_args("matmul_reduce_scatter", a, b)
     rows, _ = a.shape
     n = comm.nranks
     if rows % n:
         raise ValueError("ncclx.fuse.matmul_reduce_scatter: %d rows do not split over %d ranks" % (rows, n))
     m, wcols = rows // n, b.shape[1]
-    out = torch.empty((m, wcols), dtype=torch.result_type(a, b))
+    out = torch.empty((m, wcols), dtype=a.dtype)
 
     def produce(dst, off, piece):
         r0 = dst * m + off // wcols

@@ -5,7 +5,8 @@ the unique id goes through the c10d store, as ProcessGroupNCCL's does; tensors a
 the C library by address, without copies when they are contiguous. Calls complete before they
 return (CPU tensors): async_op=True gets a completed Work. Errors raise ncclx.Error with the
 library's sentence; a rank that dies or stalls makes the others raise within the group's
-timeout (it becomes [core] timeout_s unless NCCLX_CORE_TIMEOUT_S is set). docs/python.md."""
+timeout (each group's becomes its communicator's [core] timeout_s unless NCCLX_CORE_TIMEOUT_S
+is set). docs/python.md."""
 import os
 from datetime import timedelta
 
@@ -52,18 +53,30 @@ def _flat(tensors):
     return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
 
 
+def _with_timeout(timeout, init):
+    """Runs init (a communicator's creation) with the group's timeout as [core] timeout_s: the
+    library reads NCCLX_CORE_TIMEOUT_S when a communicator is created, so setting it only around
+    the creation gives every group its own timeout. A value the user set wins."""
+    key = "NCCLX_CORE_TIMEOUT_S"
+    if timeout is None or key in os.environ:
+        return init()
+    os.environ[key] = str(max(1, int(timeout.total_seconds())))
+    try:
+        return init()
+    finally:
+        del os.environ[key]
+
+
 class ProcessGroupNCCLX(ProcessGroup):
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
-        if timeout is not None and "NCCLX_CORE_TIMEOUT_S" not in os.environ:
-            os.environ["NCCLX_CORE_TIMEOUT_S"] = str(max(1, int(timeout.total_seconds())))
         if "TORCHELASTIC_RUN_ID" not in os.environ and "NCCLX_JOB_ID" not in os.environ:
             os.environ["NCCLX_JOB_ID"] = "torch-%s" % os.environ.get("MASTER_PORT", "store")
         key = "ncclx_unique_id"
         if rank == 0:
             store.set(key, ncclx.UniqueId.create().bytes)
         uid = ncclx.UniqueId(store.get(key))
-        self.comm = ncclx.Comm(size, uid, rank)
+        self.comm = _with_timeout(timeout, lambda: ncclx.Comm(size, uid, rank))
         self._rank, self._size = rank, size
 
     def getBackendName(self):
@@ -157,6 +170,8 @@ def comm_of(group=None):
     group), for ncclx's own features on the same ranks (ncclx.fuse)."""
     if group is None or group is dist.group.WORLD:
         group = dist.distributed_c10d._get_default_group()
+    if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group returns on the other ranks
+        raise ValueError("ncclx.torch.comm_of: this rank (%d) is not a member of the group" % dist.get_rank())
     comm = getattr(group, "comm", None)
     if not isinstance(group, ProcessGroupNCCLX) or comm is None:
         raise ValueError("ncclx.torch.comm_of: the group's backend is %s, not ncclx" %

@@ -96,7 +96,8 @@ def failing(comm, rank, n):
 
 def bad_argument(comm):
     try:
-        all_gather_compute(comm, torch.ones(3), torch.empty(2), lambda *a: None, Schedule("sliced", 2), unit=2)
+        all_gather_compute(comm, torch.ones(3), torch.empty(3 * comm.nranks), lambda *a: None, Schedule("sliced", 2),
+                           unit=2)
         check(False, "count 3 with unit 2 must be refused")
     except ncclx.Error as e:
         check("multiple of the schedule's unit" in str(e), "the error says what is wrong: %s" % e)

@@ -66,6 +66,21 @@ def dispatch_combine(comm, rank, n):
     out2 = moe.combine(moe.dispatch(x, ids)[0], w)  # the handle still works
     check(out2.shape == (tokens, hidden), "dispatch and combine after a refusal")
     moe.close()
+    # A handle whose first dispatch is refused on one rank: the exchange ran without the bad
+    # pairs everywhere, and the combine reverses it on every rank.
+    fresh = Moe(comm, experts, topk, hidden, torch.float32, max_tokens=tokens)
+    try:
+        rows, _ = fresh.dispatch(x, bad)
+    except ncclx.Error:
+        rows = None
+    if rows is None:
+        rows = torch.empty((sum(fresh.last_counts), hidden))
+    try:
+        fresh.combine(rows, w)
+        check(True, "")
+    except ncclx.Error as e:
+        check(False, "combine after a refused first dispatch: %s" % e)
+    fresh.close()
 
 
 def layer(comm, rank, n):
