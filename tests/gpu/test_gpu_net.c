@@ -42,6 +42,8 @@
 #endif
 
 static int failures, myRank = -1;
+/* Pipes between the two forked ranks (see barrier): toPeer[r] carries rank r's bytes. */
+static int toPeer[2][2];
 #define CHECK(cond, ...)                                                                 \
   do {                                                                                   \
     if (!(cond)) {                                                                       \
@@ -203,11 +205,19 @@ static int same(const unsigned char* p, size_t n, unsigned seed) {
 }
 
 /* Sends complete into socket buffers: without this a rank could run ahead into the next
- * scenario (and its failure) while its peer still receives. */
+ * scenario (and its failure) while its peer still receives. The all-reduce alone is not
+ * enough: a rank that has the peer's data leaves it while the peer still waits for its own,
+ * and the failure the first rank then provokes on purpose reaches the peer as an abort notice
+ * inside the all-reduce (seen once in CI: "barrier: rank 0 reports: send/recv #4 ..."). So
+ * each rank also tells the other through a pipe that its all-reduce is over, and waits to be
+ * told the same. */
 static void barrier(struct ncclxComm* c) {
   float x = 1.0f;
   CHECK(ncclxAllReduce(&x, &x, 1, ncclxFloat32, ncclxSum, c, NULL) == ncclxSuccess && x == 2.0f, "barrier: %s",
         ncclxGetLastError(c));
+  char done = 1;
+  CHECK(write(toPeer[c->rank][1], &done, 1) == 1 && read(toPeer[1 - c->rank][0], &done, 1) == 1,
+        "barrier: the pipe to the other rank broke");
 }
 
 static struct ncclxComm* initComm(ncclxUniqueId id, int rank) {
@@ -366,6 +376,8 @@ int main(void) {
   ncclxUniqueId ids[3];
   for (int i = 0; i < 3; i++)
     if (ncclxGetUniqueId(&ids[i]) != ncclxSuccess) return fprintf(stderr, "unique id failed\n"), 1;
+  for (int r = 0; r < 2; r++)
+    if (pipe(toPeer[r]) != 0) return perror("pipe"), 1;
   pid_t pids[2];
   for (int r = 0; r < 2; r++) {
     if ((pids[r] = fork()) < 0) return perror("fork"), 1;
