@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Proves that a feature module builds OUT OF TREE against an INSTALLED ncclx and replaces the
 # built-in one, and that an installed libncclx finds its own modules in its prefix:
-#   1. cmake --install BUILD_DIR into a temporary prefix (it must hold lib/ncclx's CommFuse module);
+#   1. cmake --install BUILD_DIR into a temporary prefix (it must hold lib/ncclx's two modules);
 #   2. copy the template from <prefix>/share/ncclx/examples and build it against the prefix;
 #   3. check the .so exports only ncclxModule_v1 and does not link libncclx;
 #   4. run the CommFuse examples (3 ranks, every schedule, results checked bit for bit) with
 #      NCCLX_MODULES_COMMFUSE=<the template> and confirm from the log that it served them;
-#   5. run one of them on the installed libncclx with no setting: the prefix's module loads.
+#   5. run one of them, and the MoE layer example, on the installed libncclx with no setting:
+#      the prefix's modules load.
 # Usage: test-out-of-tree.sh BUILD_DIR. Exit 0 = pass, 77 = skipped (no OpenBLAS examples).
 set -euo pipefail
 
@@ -36,7 +37,9 @@ cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log" 2>&1 ||
   fail "cmake --install failed" "$WORK/install.log"
 [ -f "$WORK/prefix/include/ncclx/module.h" ] || fail "the install has no include/ncclx/module.h"
 LIBDIR=$(dirname "$(find "$WORK/prefix" -name 'libncclx.so.0' | head -n 1)")
-[ -f "$LIBDIR/ncclx/libncclx-module-commfuse.so" ] || fail "the install has no $LIBDIR/ncclx/libncclx-module-commfuse.so"
+for m in commfuse moe; do
+  [ -f "$LIBDIR/ncclx/libncclx-module-$m.so" ] || fail "the install has no $LIBDIR/ncclx/libncclx-module-$m.so"
+done
 KIT="$WORK/prefix/share/ncclx/examples/module_template"
 [ -f "$KIT/module_template.c" ] || fail "the install has no share/ncclx/examples/module_template"
 cp -r "$KIT" "$WORK/src"
@@ -78,4 +81,11 @@ step "commfuse_tp_linear on the installed library: its own CommFuse module"
 LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run tp_linear -np 3 -f 768 -n 2
 grep -q "module commfuse: commfuse loaded from $LIBDIR/ncclx/libncclx-module-commfuse.so" "$WORK/tp_linear.log" ||
   fail "the installed library did not load the module of its prefix" "$WORK/tp_linear.log"
-echo "PASS: template module built out of tree and served the CommFuse examples; the install loads its own module"
+step "the MoE layer example on the installed library: its own MoE module"
+MOE_EXAMPLE="$BUILD/tests/a2av/a2av_moe_layer_example"
+(cd "$WORK" && LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCLX_CONF_FILE="$WORK/empty.ini" \
+   NCCLX_NET_SOCKET_IFNAME=lo NCCLX_CORE_TIMEOUT_S=60 NCCLX_DEBUG=INFO NCCLX_DEBUG_SUBSYS=INIT,PLUGIN \
+   timeout 300 "$MOE_EXAMPLE" -np 3) > "$WORK/moe_layer.log" 2>&1 || fail "the MoE layer example failed" "$WORK/moe_layer.log"
+grep -q "module moe: moe loaded from $LIBDIR/ncclx/libncclx-module-moe.so" "$WORK/moe_layer.log" ||
+  fail "the installed library did not load the MoE module of its prefix" "$WORK/moe_layer.log"
+echo "PASS: template module built out of tree and served the CommFuse examples; the install loads its own modules"

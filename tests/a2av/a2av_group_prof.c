@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "moe/alltoallv_dynamic.h"
+#include "sched/stream.h" /* enqueueGroupDepth */
 #include "comm/comm.h"
 #include "ncclx/moe.h"
 #include "ncclx/profiler.h"
@@ -119,7 +119,7 @@ static void groupRefusal(int rank, int np, ncclxComm_t comm, ncclxMoe_t moe, ncc
   CHECK(rank, ncclxGroupStart());
   /* A grouped collective: it runs at ncclxGroupEnd whatever happens to the dynamic calls. */
   CHECK(rank, ncclxAllReduce(&sum, &total, 1, ncclxFloat32, ncclxSum, comm, NULL));
-  int inGroup = dynInGroup();
+  int inGroup = enqueueGroupDepth() > 0;
   ncclxResult_t r1 = ncclxAllToAllvDynamic(send, sendcounts, recv, 2, recvcounts, ncclxFloat32, comm, stream);
   const char* msg = ncclxGetLastError(NULL);
   ncclxResult_t r2 = ncclxAllToAllvDynamicCompact(send, sendcounts, recvB, 32, recvcountsB, rdispls,

@@ -1,4 +1,5 @@
-/* ncclx feature-module ABI, version 1.
+/* ncclx feature-module ABI, version 1: frozen (two module families, CommFuse and
+ * AllToAllvDynamic/MoE, are built on it). Changes come as a new version.
  *
  * A feature module is a shared object, libncclx-module-<name>.so, that implements a family of
  * public calls (CommFuse's ncclxAllGatherCompute and friends, MoE's dispatch and combine) on top
@@ -27,6 +28,7 @@
 
 #include "ncclx.h"
 #include "ncclx/fuse.h"
+#include "ncclx/moe.h"
 #include "ncclx/plugin.h"
 #include "ncclx/tuner.h"
 
@@ -46,11 +48,15 @@ typedef struct {
   double timeoutSec;   /* [core] timeout_s: a wait without progress this long fails; 0 = never */
   size_t chunkBytes;   /* the pipeline chunk of large transfers */
   const char* name;    /* for log lines */
+  size_t maxMessageBytes; /* the largest message a network takes, 0 = no limit */
 } ncclxModuleCommInfo_v1_t;
 
 /* Kinds a module's operation signs its messages with (0 .. NCCLX_MODULE_CALL_KINDS - 1): ranks
  * that run different kinds, or different bytesPerRank, fail where the messages land. */
 #define NCCLX_MODULE_CALL_KINDS 4
+/* An operation that moves its data with messages only (msgSend, msgRecv), no steps: nothing
+ * to sign, and the kinds stay the step-using modules' own. */
+#define NCCLX_MODULE_NO_STEPS (-1)
 #define NCCLX_MODULE_BYTES_PER_TRANSFER ((size_t)-1) /* each transfer signs its own size */
 
 /* One operation of a module as the core runs it (opBegin ... opEnd): under the
@@ -60,7 +66,7 @@ typedef struct {
 typedef struct {
   const char* name;       /* "allgather-compute": in errors, logs and wait notes */
   const char* path;       /* how this rank runs it ("CommFuse ring_p2p"), for wait notes */
-  int callKind;           /* 0 .. NCCLX_MODULE_CALL_KINDS - 1 */
+  int callKind;           /* 0 .. NCCLX_MODULE_CALL_KINDS - 1, or NCCLX_MODULE_NO_STEPS */
   size_t bytesPerRank;    /* or NCCLX_MODULE_BYTES_PER_TRANSFER */
   /* The profiler event (only read when a profiler is on). */
   ncclxCollType_t profColl;
@@ -71,6 +77,11 @@ typedef struct {
   ncclxDataType_t datatype;
   ncclxRedOp_t op;
   ncclxStream_t stream;   /* the stream the call was queued on, or NULL */
+  /* For an operation that is none of the collectives: the event's own name ("moe_dispatch"),
+   * algorithm name and the bytes this rank sends; profColl and profAlgo are then not read. */
+  const char* profFunc;
+  const char* profAlgoName;
+  size_t profBytes;
 } ncclxModuleOp_v1_t;
 
 /* Filled by opBegin, handed back to opEnd. */
@@ -89,9 +100,10 @@ typedef struct {
 } ncclxModuleXfer_v1_t;
 
 typedef struct ncclxModuleStep ncclxModuleStep_t; /* transfers in flight (opaque) */
+typedef struct ncclxModuleDev ncclxModuleDev_t;   /* one operation's device copies (opaque) */
 
 typedef struct {
-  size_t size;     /* sizeof(ncclxModuleCore_v1_t) of the core: the table only grows at its end */
+  size_t size;     /* sizeof(ncclxModuleCore_v1_t) of the core that filled it */
   int abiVersion;  /* NCCLX_MODULE_ABI_VERSION */
 
   /* Facts and checks. checkCall: the handle is valid, the communicator usable and the stream
@@ -122,7 +134,8 @@ typedef struct {
   void (*opEnd)(ncclxComm_t comm, ncclxModuleOpCtx_v1_t* ctx, ncclxResult_t res);
 
   /* Streams: run(arg) in order on stream, then release(arg); the communicator is kept alive
-   * until then. With stream NULL the module runs the call itself. */
+   * until then. With stream NULL, run and release now, on this thread. When queueing fails
+   * (a destroyed stream, no memory) release(arg) still runs and the error is returned. */
   ncclxResult_t (*enqueue)(ncclxComm_t comm, ncclxStream_t stream, ncclxResult_t (*run)(void* arg),
                            void (*release)(void* arg), void* arg);
 
@@ -172,6 +185,74 @@ typedef struct {
    * last set with logSetRank (a module's own threads set it). */
   ncclxLogger_t log;
   void (*logSetRank)(int rank);
+
+  /* The communicator's life and lock, for a module's own handles on it (an MoE layer): retain
+   * keeps comm alive until the matching release; execLock orders a read after the operation
+   * running now (returns what execUnlock takes). */
+  void (*retain)(ncclxComm_t comm);
+  void (*release)(ncclxComm_t comm);
+  int (*execLock)(ncclxComm_t comm);
+  void (*execUnlock)(ncclxComm_t comm, int ref);
+  /* failQuiet: the communicator fails without telling the other ranks (a peer that saw the
+   * fault first-hand tells them). describeRank: "rank 3 (host h, pid p)" for sentences. inGroup:
+   * whether this thread is between ncclxGroupStart and ncclxGroupEnd. */
+  ncclxResult_t (*failQuiet)(ncclxComm_t comm, ncclxResult_t res, const char* fmt, ...)
+      __attribute__((format(printf, 3, 4)));
+  const char* (*describeRank)(ncclxComm_t comm, int rank, char* buf, size_t size);
+  int (*inGroup)(void);
+  float (*halfToFloat)(uint16_t h);
+  uint16_t (*floatToHalf)(float f);
+
+  /* Messages: for operations whose sizes are learnt while they run (each peer's first message
+   * says how much follows), below steps. msgSend / msgRecv post one message of at most bytes
+   * to or from peer (connected first with connect); *req stays NULL while the network is busy
+   * (post it again later). msgTest completes one (*got: the bytes that arrived). Messages to
+   * one peer in one direction arrive in the order posted, and must not mix with a step's. A
+   * refusal or a failed message returns an error and fails nothing: linkFailed then fails the
+   * communicator, with an abort notice from the rank that failed first when one arrives
+   * within 0.3 s (the peer is often only its messenger), else with the module's sentence. */
+  ncclxResult_t (*msgSend)(ncclxComm_t comm, int peer, const void* buf, size_t bytes, void** req);
+  ncclxResult_t (*msgRecv)(ncclxComm_t comm, int peer, void* buf, size_t bytes, void** req);
+  ncclxResult_t (*msgTest)(ncclxComm_t comm, int peer, void* req, int* done, size_t* got);
+  ncclxResult_t (*linkFailed)(ncclxComm_t comm, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  /* Waiting on messages: spinPolls, how many idle polls to spin before yielding (few when the
+   * host has more ranks than CPUs); waitPeers sleeps (about 2 ms at most) until the connections
+   * of these peers (isSend[i]: the sending one) or the bootstrap have news; waitCheck, called
+   * after waitedSec without progress: abort notices, wait notes to the awaited peers
+   * (ranks that disagree on the call fail at once), and past the timeout the failure, listing
+   * waitingOn (the module's words: " receiving from rank 2 (first message);"). */
+  unsigned (*spinPolls)(ncclxComm_t comm);
+  void (*waitPeers)(ncclxComm_t comm, const int* peers, const int* isSend, int n);
+  ncclxResult_t (*waitCheck)(ncclxComm_t comm, const int* awaited, int nAwaited, double waitedSec,
+                             const char* waitingOn);
+
+  /* Device memory (docs/gpu.md). The transports move host memory: a module stages device
+   * buffers through pinned host memory with these. memDevice: the CUDA device p lies on, -1
+   * for host memory (always, in a build without CUDA or without a loaded driver). checkBuffer:
+   * ncclxSuccess, or the error with msg naming fn and arg for memory no path can use (device
+   * memory in a build without CUDA); records nothing. streamIsDevice: stream is ordered with
+   * a CUDA stream (ncclxStreamFromCuda). enqueueDevice: enqueue, plus that ordering: run
+   * executes after the CUDA work issued before on the stream's CUDA stream. */
+  int (*memDevice)(const void* p);
+  ncclxResult_t (*checkBuffer)(const char* fn, const char* arg, const void* p, char* msg, size_t size);
+  int (*streamIsDevice)(ncclxStream_t stream);
+  ncclxResult_t (*enqueueDevice)(ncclxComm_t comm, ncclxStream_t stream, ncclxResult_t (*run)(void* arg),
+                                 void (*release)(void* arg), void* arg);
+  /* One operation's copies on device's internal copy stream, in order: devOpen makes device
+   * current (what names the operation in errors); devPinned gives pinned host memory, valid
+   * until devClose; devCopy queues a copy in any direction; devCopyBlocks queues n blocks,
+   * block i of counts[i] * elemBytes bytes from src + i * stride * elemBytes to dst at the same
+   * offset (src and counts in devPinned memory, read by the kernel where they are); devWait
+   * waits for everything queued, bounded by the timeout and the abort flag; devClose puts the
+   * device back and frees the pinned memory (abandoned while a copy may still run). A CUDA
+   * failure fails the communicator with ncclxUnhandledCudaError naming step. */
+  ncclxResult_t (*devOpen)(ncclxComm_t comm, int device, const char* what, ncclxModuleDev_t** dev);
+  ncclxResult_t (*devPinned)(ncclxModuleDev_t* dev, size_t bytes, void** out);
+  ncclxResult_t (*devCopy)(ncclxModuleDev_t* dev, void* dst, const void* src, size_t bytes, const char* step);
+  ncclxResult_t (*devCopyBlocks)(ncclxModuleDev_t* dev, void* dst, const void* src, const size_t* counts, int n,
+                                 size_t stride, size_t elemBytes, const char* step);
+  ncclxResult_t (*devWait)(ncclxModuleDev_t* dev);
+  void (*devClose)(ncclxModuleDev_t* dev);
 } ncclxModuleCore_v1_t;
 
 /* ---------------- what a module offers ---------------- */
@@ -192,13 +273,33 @@ typedef struct {
   int (*schedulePieces)(ncclxFuseSchedule_t schedule, size_t count, ncclxDataType_t datatype, int nranks);
 } ncclxModuleFuse_v1_t;
 
+/* The AllToAllvDynamic / MoE family (ncclx/moe.h). The handle type is the module's own. */
+#define NCCLX_MODULE_FAMILY_MOE "moe"
+typedef struct {
+  ncclxResult_t (*allToAllvDynamic)(const void* sendbuff, const size_t* sendcounts, void* recvbuff, size_t maxRecvCount,
+                                    size_t* recvcounts, ncclxDataType_t datatype, ncclxComm_t comm,
+                                    ncclxStream_t stream);
+  ncclxResult_t (*allToAllvDynamicCompact)(const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                                           size_t maxRecvTotal, size_t* recvcounts, size_t* rdispls,
+                                           ncclxDataType_t datatype, ncclxComm_t comm, ncclxStream_t stream);
+  ncclxResult_t (*moeCreate)(ncclxMoe_t* moe, const ncclxMoeConfig_t* config, ncclxComm_t comm);
+  ncclxResult_t (*moeDestroy)(ncclxMoe_t moe);
+  ncclxResult_t (*moeLocalExperts)(ncclxMoe_t moe, int* firstExpert, int* nLocalExperts);
+  ncclxResult_t (*moeDispatch)(ncclxMoe_t moe, const void* tokens, size_t nTokens, const int32_t* expertIds,
+                               void* expertIn, size_t* expertCounts, ncclxStream_t stream);
+  ncclxResult_t (*moeDroppedCounts)(ncclxMoe_t moe, size_t* dropped);
+  ncclxResult_t (*moeCombine)(ncclxMoe_t moe, const void* expertOut, const float* weights, void* out,
+                              ncclxStream_t stream);
+} ncclxModuleMoe_v1_t;
+
 typedef struct {
   const char* name;  /* "commfuse" */
   int abiVersion;    /* NCCLX_MODULE_ABI_VERSION */
   /* Called once, when the module is loaded; core stays valid until finalize; slot names the
    * module's per-communicator state (getState, setState). */
   ncclxResult_t (*init)(const ncclxModuleCore_v1_t* core, int slot);
-  /* The table of a family's calls (ncclxModuleFuse_v1_t for NCCLX_MODULE_FAMILY_FUSE), or NULL
+  /* The table of a family's calls (ncclxModuleFuse_v1_t for NCCLX_MODULE_FAMILY_FUSE,
+   * ncclxModuleMoe_v1_t for NCCLX_MODULE_FAMILY_MOE), or NULL
    * when the module does not implement that family. */
   const void* (*family)(const char* family);
   /* A communicator with state set goes away (optional). */

@@ -57,6 +57,7 @@ static const KnownKey knownKeys[] = {
     {"profiler", "plugin", KEY_NAME, 0, 0},
     {"debug", "level", KEY_LEVEL, 0, 0},
     {"modules", "commfuse", KEY_NAME, 0, 0},
+    {"modules", "moe", KEY_NAME, 0, 0},
 };
 #define NUM_KNOWN_KEYS (sizeof(knownKeys) / sizeof(knownKeys[0]))
 

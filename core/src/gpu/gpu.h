@@ -49,16 +49,15 @@ void gpuStreamForget(ncclxStream_t stream);
 /* Whether stream was made by ncclxStreamFromCuda (0 in a build without CUDA). */
 int gpuStreamIsCuda(ncclxStream_t stream);
 
-/* ncclxAllToAllvDynamic (compact = 0) and ncclxAllToAllvDynamicCompact (compact = 1), called
- * by their submit after it validated the arguments (alltoallv_dynamic_dev.c). Takes the call
- * (*taken = 1) when a buffer or count array is device memory, or stream is ordered with a
- * CUDA stream: device memory this build or machine cannot use is refused with
- * ncclxInvalidUsage naming the argument; otherwise the call is queued with CUDA ordering and
- * stages its device arguments when it executes (counts are read then, on the stream, never
- * by the caller). *taken = 0 leaves the call to the host path. */
-ncclxResult_t gpuA2avDynamicSubmit(const char* fn, const void* sendbuff, const size_t* sendcounts,
-                                   void* recvbuff, size_t maxRecv, size_t* recvcounts, size_t* rdispls,
-                                   ncclxDataType_t datatype, struct ncclxComm* comm, ncclxStream_t stream,
-                                   int compact, int* taken);
+/* Device copies for feature modules (ncclx/module.h, devOpen ... devClose): gpu_module.c in
+ * a CUDA build; without CUDA devOpen refuses (no device memory gets that far). */
+struct ncclxModuleDev;
+ncclxResult_t gpuModuleDevOpen(struct ncclxComm* comm, int device, const char* what, struct ncclxModuleDev** out);
+ncclxResult_t gpuModuleDevPinned(struct ncclxModuleDev* d, size_t bytes, void** out);
+ncclxResult_t gpuModuleDevCopy(struct ncclxModuleDev* d, void* dst, const void* src, size_t bytes, const char* step);
+ncclxResult_t gpuModuleDevCopyBlocks(struct ncclxModuleDev* d, void* dst, const void* src, const size_t* counts,
+                                     int n, size_t stride, size_t elemBytes, const char* step);
+ncclxResult_t gpuModuleDevWait(struct ncclxModuleDev* d);
+void gpuModuleDevClose(struct ncclxModuleDev* d);
 
 #endif /* NCCLX_GPU_H */

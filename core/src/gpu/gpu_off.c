@@ -58,3 +58,31 @@ NCCLX_API ncclxResult_t ncclxStreamFromCuda(struct CUstream_st* cudaStream, nccl
                        "ncclxStreamFromCuda: this libncclx was built without CUDA "
                        "(configure with -DNCCLX_CUDA=ON)");
 }
+
+/* Device copies for feature modules: unreachable, as device memory is refused at the call
+ * (checkBuffer); refused all the same. */
+ncclxResult_t gpuModuleDevOpen(struct ncclxComm* comm, int device, const char* what, struct ncclxModuleDev** out) {
+  (void)device;
+  *out = NULL;
+  return commArgError(comm, ncclxInvalidUsage, "%s: device memory, but this libncclx was built without CUDA "
+                      "(configure with -DNCCLX_CUDA=ON)", what);
+}
+ncclxResult_t gpuModuleDevPinned(struct ncclxModuleDev* d, size_t bytes, void** out) {
+  (void)d, (void)bytes;
+  *out = NULL;
+  return ncclxInvalidUsage;
+}
+ncclxResult_t gpuModuleDevCopy(struct ncclxModuleDev* d, void* dst, const void* src, size_t bytes, const char* step) {
+  (void)d, (void)dst, (void)src, (void)bytes, (void)step;
+  return ncclxInvalidUsage;
+}
+ncclxResult_t gpuModuleDevCopyBlocks(struct ncclxModuleDev* d, void* dst, const void* src, const size_t* counts,
+                                     int n, size_t stride, size_t elemBytes, const char* step) {
+  (void)d, (void)dst, (void)src, (void)counts, (void)n, (void)stride, (void)elemBytes, (void)step;
+  return ncclxInvalidUsage;
+}
+ncclxResult_t gpuModuleDevWait(struct ncclxModuleDev* d) {
+  (void)d;
+  return ncclxSuccess;
+}
+void gpuModuleDevClose(struct ncclxModuleDev* d) { (void)d; }

@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "config/config.h"
+#include "gpu/gpu.h"
 #include "module/module.h"
 #include "plugin/plugin_loader.h"
 #include "prof/prof.h"
@@ -25,7 +26,7 @@
 static void commInfo(ncclxComm_t comm, ncclxModuleCommInfo_v1_t* info) {
   *info = (ncclxModuleCommInfo_v1_t){.rank = comm->rank, .nranks = comm->nranks, .nhosts = comm->nhosts,
                                      .timeoutSec = comm->timeoutSec, .chunkBytes = comm->chunkBytes,
-                                     .name = comm->name};
+                                     .name = comm->name, .maxMessageBytes = comm->maxMessageBytes};
 }
 
 static ncclxResult_t argError(ncclxComm_t comm, ncclxResult_t res, const char* fmt, ...) {
@@ -57,6 +58,26 @@ static int aborted(ncclxComm_t comm) { return atomic_load(&comm->abortFlag) != 0
 
 /* ---------------- the operation envelope ---------------- */
 
+/* The COLL event of an operation that is none of the collectives, under its own name. */
+static void* profOwnStart(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, uint64_t seq) {
+  ncclxProfilerEventDescr_v1_t d;
+  memset(&d, 0, sizeof(d));
+  d.type = NCCLX_PROFILE_COLL;
+  d.rank = comm->rank;
+  d.coll.seq = seq;
+  d.coll.func = op->profFunc;
+  d.coll.sendbuff = op->sendbuff;
+  d.coll.recvbuff = op->recvbuff;
+  d.coll.count = op->count;
+  d.coll.bytes = op->profBytes;
+  d.coll.root = -1;
+  d.coll.datatype = ncclxTypeName(op->datatype);
+  d.coll.algo = op->profAlgoName ? op->profAlgoName : "module";
+  d.coll.proto = "simple";
+  d.coll.stream = op->stream;
+  return profStart(comm, &d);
+}
+
 /* corePrivate: [0] whether opBegin took a reference (commExecLock), [1] the profiler event. */
 static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncclxModuleOpCtx_v1_t* ctx) {
   ncclxLogSetRank(comm->rank);
@@ -74,16 +95,20 @@ static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncc
   comm->curOpSeq = ctx->seq;
   comm->curAlgo = comm->curProto = -1, comm->curPathText = op->path;
   void* ev = NULL;
-  if (profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
+  if (op->profFunc && profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
+    ev = profOwnStart(comm, op, ctx->seq);
+  } else if (profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
     ncclxCollArgs a = {.coll = op->profColl, .sendbuff = op->sendbuff, .recvbuff = op->recvbuff, .count = op->count,
                        .datatype = op->datatype, .op = op->op, .root = -1, .algo = op->profAlgo,
                        .proto = NCCLX_PROTO_SIMPLE, .chunkBytes = comm->chunkBytes};
     ev = profCollStart(comm, &a, ctx->seq, op->stream);
   }
   comm->curProfEvent = ev;
-  int kind = op->callKind >= 0 && op->callKind < NCCLX_MODULE_CALL_KINDS ? op->callKind : 0;
-  xferNameModuleKind(kind, op->name);
-  xferSetCall(comm, XFER_SIG_MODULE + kind, op->bytesPerRank); /* its messages carry the call */
+  if (op->callKind != NCCLX_MODULE_NO_STEPS) {
+    int kind = op->callKind >= 0 && op->callKind < NCCLX_MODULE_CALL_KINDS ? op->callKind : 0;
+    xferNameModuleKind(kind, op->name);
+    xferSetCall(comm, XFER_SIG_MODULE + kind, op->bytesPerRank); /* its messages carry the call */
+  }
   ctx->corePrivate[0] = (void*)(intptr_t)ref;
   ctx->corePrivate[1] = ev;
   return ncclxSuccess;
@@ -121,14 +146,25 @@ static void taskRelease(ncclxTask* t) {
   free(m);
 }
 
-static ncclxResult_t enqueue(ncclxComm_t comm, ncclxStream_t stream, ncclxResult_t (*run)(void*),
-                             void (*release)(void*), void* arg) {
+static struct moduleTask* newTask(ncclxComm_t comm, ncclxResult_t (*run)(void*), void (*release)(void*), void* arg) {
   struct moduleTask* t = calloc(1, sizeof(*t));
-  if (!t) return ncclxSetError(ncclxSystemError, "out of memory queueing a call");
+  if (!t) return NULL;
   *t = (struct moduleTask){.task = {.run = taskRun, .release = taskRelease}, .comm = comm, .run = run,
                            .release = release, .arg = arg};
   commRetain(comm);
-  return streamEnqueue(stream, &t->task);
+  return t;
+}
+
+/* Queueing failed: the module's argument is released all the same, as a stream does. */
+static ncclxResult_t noTask(void (*release)(void*), void* arg) {
+  if (release) release(arg);
+  return ncclxSetError(ncclxSystemError, "out of memory queueing a call");
+}
+
+static ncclxResult_t enqueue(ncclxComm_t comm, ncclxStream_t stream, ncclxResult_t (*run)(void*),
+                             void (*release)(void*), void* arg) {
+  struct moduleTask* t = newTask(comm, run, release, arg);
+  return t ? streamEnqueue(stream, &t->task) : noTask(release, arg);
 }
 
 /* ---------------- steps ---------------- */
@@ -203,6 +239,40 @@ static const ncclxTunerFuse_v1_t* tunerFuse(ncclxComm_t comm, void** ctx) {
   return comm->tuner ? pluginTunerFuse(comm->tuner) : NULL;
 }
 
+/* ---------------- a module's own handles on a communicator ---------------- */
+
+static int execLock(ncclxComm_t comm) { return commExecLock(comm); }
+static void execUnlock(ncclxComm_t comm, int ref) { commExecUnlock(comm, ref); }
+
+static ncclxResult_t failQuiet(ncclxComm_t comm, ncclxResult_t res, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  return commSetError(comm, res, "%s", msg);
+}
+
+static const char* describeRank(ncclxComm_t comm, int rank, char* buf, size_t size) {
+  return commDescribeRank(comm, rank, buf, size);
+}
+
+static int inGroup(void) { return enqueueGroupDepth() > 0; }
+
+/* ---------------- device memory ---------------- */
+
+static int memDevice(const void* p) {
+  int device = -1;
+  if (!p || !gpuDriverLoaded() || gpuProbePointer(p, &device) != GPU_MEM_DEVICE) return -1;
+  return device < 0 ? 0 : device;
+}
+
+static ncclxResult_t enqueueDevice(ncclxComm_t comm, ncclxStream_t stream, ncclxResult_t (*run)(void*),
+                                   void (*release)(void*), void* arg) {
+  struct moduleTask* t = newTask(comm, run, release, arg);
+  return t ? gpuStreamEnqueue(stream, &t->task) : noTask(release, arg);
+}
+
 /* Atomic: a module may read its state from a thread that runs no operation. */
 static void* getState(ncclxComm_t comm, int slot) {
   return slot >= 0 && slot < MODULE_COUNT ? __atomic_load_n(&comm->moduleState[slot], __ATOMIC_ACQUIRE) : NULL;
@@ -248,6 +318,32 @@ static const ncclxModuleCore_v1_t coreTable = {
     .configGet = ncclxConfigGet,
     .log = ncclxLog,
     .logSetRank = ncclxLogSetRank,
+    .retain = commRetain,
+    .release = commRelease,
+    .execLock = execLock,
+    .execUnlock = execUnlock,
+    .failQuiet = failQuiet,
+    .describeRank = describeRank,
+    .inGroup = inGroup,
+    .halfToFloat = ncclxHalfToFloat,
+    .floatToHalf = ncclxFloatToHalf,
+    .msgSend = moduleMsgSend,
+    .msgRecv = moduleMsgRecv,
+    .msgTest = moduleMsgTest,
+    .linkFailed = moduleLinkFailed,
+    .spinPolls = moduleSpinPolls,
+    .waitPeers = moduleWaitPeers,
+    .waitCheck = moduleWaitCheck,
+    .memDevice = memDevice,
+    .checkBuffer = gpuCheckBuffer,
+    .streamIsDevice = gpuStreamIsCuda,
+    .enqueueDevice = enqueueDevice,
+    .devOpen = gpuModuleDevOpen,
+    .devPinned = gpuModuleDevPinned,
+    .devCopy = gpuModuleDevCopy,
+    .devCopyBlocks = gpuModuleDevCopyBlocks,
+    .devWait = gpuModuleDevWait,
+    .devClose = gpuModuleDevClose,
 };
 
 const ncclxModuleCore_v1_t* moduleCoreTable(void) { return &coreTable; }

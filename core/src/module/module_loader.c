@@ -24,6 +24,7 @@ struct knownModule {
 
 static const struct knownModule known[MODULE_COUNT] = {
     [MODULE_COMMFUSE] = {"commfuse", NCCLX_MODULE_FAMILY_FUSE, "CommFuse", "NCCLX_MODULES_COMMFUSE"},
+    [MODULE_MOE] = {"moe", NCCLX_MODULE_FAMILY_MOE, "AllToAllvDynamic/MoE", "NCCLX_MODULES_MOE"},
 };
 
 _Static_assert(MODULE_COUNT <= NCCLX_MODULE_SLOTS, "every module needs a state slot in struct ncclxComm");

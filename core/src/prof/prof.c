@@ -54,7 +54,7 @@ void profCommFinalize(struct ncclxComm* comm) {
   ncclxProfilerRelease();
 }
 
-static void* profStart(struct ncclxComm* comm, const ncclxProfilerEventDescr_v1_t* d) {
+void* profStart(struct ncclxComm* comm, const ncclxProfilerEventDescr_v1_t* d) {
   void* handle = NULL;
   if (comm->profiler->startEvent(comm->profilerCtx, &handle, d) != ncclxSuccess) return NULL;
   return handle;

@@ -27,7 +27,8 @@ static inline int profEnabled(const struct ncclxComm* comm, int type) {
   return __builtin_expect(comm->profiler != NULL, 0) &&
          (__atomic_load_n(&ncclxProfilerMask, __ATOMIC_RELAXED) & type);
 }
-/* Returns the event handle or NULL. */
+/* Returns the event handle or NULL. profStart: any descriptor (a module's own operations). */
+void* profStart(struct ncclxComm* comm, const ncclxProfilerEventDescr_v1_t* d);
 void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* args, uint64_t seq, void* stream);
 void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
                    ncclxDataType_t type, int peer, uint64_t seq);

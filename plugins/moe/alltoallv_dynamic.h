@@ -31,9 +31,18 @@
 
 #include <stdint.h>
 
-#include "comm/comm.h"
+#include "moe_core.h"
 
 #define DYN_NO_CAPACITY UINT64_MAX
+
+/* One executing operation (dynExecOp): its communicator, as every rank sees it, its name
+ * and sequence number for sentences and headers. */
+typedef struct {
+  ncclxComm_t comm;
+  ncclxModuleCommInfo_v1_t info;
+  const char* name; /* "alltoallv_dynamic", "moe_dispatch", ... */
+  uint64_t seq;
+} dynCall;
 
 typedef struct {
   /* To this peer: nSendSeg counts (in units), segment i's data at sendPtr[i]. */
@@ -55,13 +64,13 @@ typedef struct {
 } dynPeer;
 
 typedef struct dynExchange {
-  struct ncclxComm* comm;
+  const dynCall* call;
   size_t unitBytes;      /* bytes per counted unit */
   const char* unitName;  /* "elements", "tokens": for error messages */
   const char* capName;   /* what limits capacity, e.g. "maxRecvCount" */
   uint64_t capacity;     /* advertised: units each peer may send here, or DYN_NO_CAPACITY */
   int scatteredRecv;     /* place() may split a peer's segments (else they are adjacent) */
-  dynPeer* peers;        /* comm->nranks entries */
+  dynPeer* peers;        /* nranks entries */
   /* Called once peer's header is known (again after each later header while it returns
    * *placed = 0). On an error it writes the reason into why (without the op name). */
   ncclxResult_t (*place)(struct dynExchange* x, int peer, int* placed);
@@ -73,7 +82,7 @@ typedef struct dynExchange {
  * later messages (at most). Both shrink as ranks grow; see the memory note above. */
 void dynStaging(int nranks, size_t* inlineMax, size_t* chunkMax);
 
-/* Runs the exchange to completion. comm->execLock must be held (see dynExecOp). */
+/* Runs the exchange to completion, inside dynExecOp. */
 ncclxResult_t dynExchangeRun(dynExchange* x);
 
 /* What the profiler's COLL event says about a call (known when it executes). */
@@ -83,20 +92,26 @@ typedef struct {
   size_t count;  /* elements (all-to-all) or tokens (MoE) this rank sends */
   size_t bytes;  /* data bytes this rank sends */
   ncclxDataType_t datatype;
-  void* stream;  /* the stream it was queued on, NULL for the caller's thread */
+  ncclxStream_t stream;  /* the stream it was queued on, NULL for the caller's thread */
 } dynOpInfo;
 
-/* Runs fn(comm, arg) as one collective named `name` under comm->execLock: refuses a
- * destroyed or failed communicator, takes the next collective sequence number, sets
- * curOpName/curOpSeq for error messages and reports a profiler COLL event whose func is
- * `name` ("alltoallv_dynamic", "alltoallv_dynamic_compact", "moe_dispatch", "moe_combine"). */
-ncclxResult_t dynExecOp(struct ncclxComm* comm, const char* name,
-                        ncclxResult_t (*fn)(struct ncclxComm* comm, void* arg), void* arg,
-                        const dynOpInfo* info);
+/* Runs fn(call, arg) as one operation named `name` in the core's envelope (opBegin/opEnd):
+ * one at a time per communicator, a destroyed or failed communicator refused, the next
+ * collective sequence number, a profiler COLL event whose func is `name`
+ * ("alltoallv_dynamic", "alltoallv_dynamic_compact", "moe_dispatch", "moe_combine"). */
+ncclxResult_t dynExecOp(ncclxComm_t comm, const char* name, ncclxResult_t (*fn)(const dynCall* call, void* arg),
+                        void* arg, const dynOpInfo* info);
 
-/* Whether the calling thread is inside ncclxGroupStart/End (0 when that cannot be known),
- * and the ncclxInvalidUsage refusal of the dynamic calls there. */
-int dynInGroup(void);
-ncclxResult_t dynCheckNotGrouped(struct ncclxComm* comm, const char* fn);
+/* The ncclxInvalidUsage refusal of the dynamic calls between ncclxGroupStart and
+ * ncclxGroupEnd. */
+ncclxResult_t dynCheckNotGrouped(ncclxComm_t comm, const char* fn);
+
+/* alltoallv_dynamic_dev.c: takes the call (*taken = 1) when a buffer or count array is
+ * device memory, or the stream is ordered with a CUDA stream; device memory no path can use
+ * is refused naming the argument; otherwise the call is queued with CUDA ordering and stages
+ * its device arguments when it executes. *taken = 0 leaves the call to the host path. */
+ncclxResult_t dynDeviceSubmit(const char* fn, const void* sendbuff, const size_t* sendcounts, void* recvbuff,
+                              size_t maxRecv, size_t* recvcounts, size_t* rdispls, ncclxDataType_t datatype,
+                              ncclxComm_t comm, ncclxStream_t stream, int compact, int* taken);
 
 #endif

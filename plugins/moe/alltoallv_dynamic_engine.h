@@ -7,8 +7,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "comm/comm.h"
-#include "moe/alltoallv_dynamic.h"
+#include "alltoallv_dynamic.h"
 
 #define DYN_MAGIC 0x6e786479u /* "nxdy" */
 #define DYN_INFLIGHT 4        /* messages in flight per peer and direction (2 when staged) */
@@ -90,7 +89,8 @@ typedef struct {
 
 typedef struct {
   dynExchange* x;
-  struct ncclxComm* comm;
+  const dynCall* call;
+  ncclxComm_t comm;
   int n, me;
   size_t chunk, inlineMax;
   dynChan* send;
@@ -109,11 +109,8 @@ static inline double nowSec(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static inline const char* opName(const struct ncclxComm* comm) {
-  return comm->curOpName ? comm->curOpName : "alltoallv_dynamic";
-}
-
-static inline unsigned long long opSeq(const struct ncclxComm* comm) { return (unsigned long long)comm->curOpSeq; }
+static inline const char* opName(const dynState* st) { return st->call->name; }
+static inline unsigned long long opSeq(const dynState* st) { return (unsigned long long)st->call->seq; }
 
 static inline size_t hdrSize(int nseg) { return sizeof(dynHeader) + 8 * (size_t)nseg; }
 

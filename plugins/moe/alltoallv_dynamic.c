@@ -1,30 +1,16 @@
-/* ncclxAllToAllvDynamic and its compact variant, and the exchange engine they share with
- * the MoE helpers (see alltoallv_dynamic.h for the protocol).
+/* The exchange engine shared by ncclxAllToAllvDynamic, its compact variant and the MoE
+ * helpers (see alltoallv_dynamic.h for the protocol).
  *
  * The counts are read when the operation executes on its stream, so the engine cannot use
- * xferRun (which needs every size up front, and one message per transfer): it drives the
- * transports itself with the same rules as xfer.c (order per connection, spin/yield/poll
- * waiting, abort flag, abort notices, timeout, commFail naming the peer). */
-#include "moe/alltoallv_dynamic_engine.h"
+ * the core's steps (which need every size up front, and one message per transfer): it posts
+ * single messages (the core's msgSend/msgRecv/msgTest) and waits by the progress engine's
+ * rules (spinPolls, waitPeers, waitCheck: abort notices, wait notes, the timeout). */
+#include "alltoallv_dynamic_engine.h"
 
-#include <poll.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "coll/coll.h"
-#include "util/debug.h"
-#include "gpu/gpu.h"
-#include "sched/xfer.h"
-#include "ncclx/moe.h"
-#include "transport/peers.h"
-#include "prof/prof.h"
-#include "sched/stream.h"
-#include "sched/waitnote.h"
 
 void dynStaging(int nranks, size_t* inlineMax, size_t* chunkMax) {
   size_t share = DYN_BUDGET / (size_t)(nranks > 0 ? nranks : 1);
@@ -91,40 +77,26 @@ static int chanComplete(const dynState* st, int peer, int isSend) {
 
 /* ---------------- failures ---------------- */
 
-/* Wait up to 300 ms for an abort notice: the peer whose link broke is often only the
- * messenger of another rank's failure. */
-static int awaitNotice(struct ncclxComm* comm, char* notice, size_t size) {
-  double deadline = nowSec() + 0.3;
-  do {
-    if (bootstrapPollAbort(comm->bootstrap, notice, size)) return 1;
-    usleep(5000);
-  } while (nowSec() < deadline);
-  return 0;
-}
-
-/* A transport refused a message or failed a request. Prefer, in order: our own pending
- * capacity failure, an abort notice from the rank that failed first, then blaming the peer. */
+/* A transport refused a message or failed a request. Prefer our own pending capacity
+ * failure, then (in the core) an abort notice from the rank that failed first, then blaming
+ * the peer. */
 static ncclxResult_t linkFailed(dynState* st, int peer, int isSend, const char* how) {
-  struct ncclxComm* comm = st->comm;
   const dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
-  char notice[1024], who[128];
-  if (st->capPeer >= 0) return commSetError(comm, ncclxInvalidUsage, "%s", st->capWhy);
-  if (awaitNotice(comm, notice, sizeof(notice))) return commSetError(comm, ncclxRemoteError, "%s", notice);
-  return commFail(comm, ncclxRemoteError,
-                  "%s during %s #%llu: %s %s (%s %llu of %llu data bytes; it exited, failed, or sent "
-                  "something this rank did not expect)",
-                  how, opName(comm), opSeq(comm), isSend ? "sending to" : "receiving from",
-                  commDescribeRank(comm, peer, who, sizeof(who)), isSend ? "sent" : "received",
-                  (unsigned long long)ch->done, (unsigned long long)ch->total);
+  char who[128];
+  if (st->capPeer >= 0) return moeCore->failQuiet(st->comm, ncclxInvalidUsage, "%s", st->capWhy);
+  return moeCore->linkFailed(st->comm,
+                             "%s during %s #%llu: %s %s (%s %llu of %llu data bytes; it exited, failed, or sent "
+                             "something this rank did not expect)",
+                             how, opName(st), opSeq(st), isSend ? "sending to" : "receiving from",
+                             moeCore->describeRank(st->comm, peer, who, sizeof(who)), isSend ? "sent" : "received",
+                             (unsigned long long)ch->done, (unsigned long long)ch->total);
 }
 
 /* ---------------- progress ---------------- */
 
 static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress) {
-  struct ncclxComm* comm = st->comm;
   dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
   dynPeer* p = &st->x->peers[peer];
-  struct ncclxPeerConn* c = &comm->conns[peer];
   for (;;) {
     if (ch->msgsPosted >= ch->msgsTotal) return ncclxSuccess;
     int staged = ch->msgsPosted > 0 && !ch->direct && !ch->segmented;
@@ -158,19 +130,9 @@ static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress)
       }
     }
     void* req = NULL;
-    ncclxResult_t res;
-    if (isSend) {
-      res = c->net->isend(c->sendComm, ptr, len, comm->rank, NULL, NULL, &req);
-    } else {
-      void* data = ptr;
-      int tag = peer;
-      res = c->net->irecv(c->recvComm, 1, &data, &len, &tag, NULL, NULL, &req);
-    }
-    if (res != ncclxSuccess) {
-      char how[128];
-      snprintf(how, sizeof(how), "network '%s' refused a %zu-byte message", c->net->name, len);
-      return linkFailed(st, peer, isSend, how);
-    }
+    ncclxResult_t res = isSend ? moeCore->msgSend(st->comm, peer, ptr, len, &req)
+                               : moeCore->msgRecv(st->comm, peer, ptr, len, &req);
+    if (res != ncclxSuccess) return linkFailed(st, peer, isSend, moeCore->lastError());
     if (!req) return ncclxSuccess; /* transport busy: the same message again later */
     int slot = (ch->head + ch->inflight) % DYN_INFLIGHT;
     ch->reqs[slot] = req;
@@ -184,14 +146,12 @@ static ncclxResult_t chanPost(dynState* st, int peer, int isSend, int* progress)
 }
 
 static ncclxResult_t chanTest(dynState* st, int peer, int isSend, int* progress) {
-  struct ncclxComm* comm = st->comm;
   dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
   dynPeer* p = &st->x->peers[peer];
-  const ncclxNet_t* net = comm->conns[peer].net;
   while (ch->inflight > 0) {
     int slot = ch->head, done = 0;
     size_t got = 0;
-    if (net->test(ch->reqs[slot], &done, &got) != ncclxSuccess) {
+    if (moeCore->msgTest(st->comm, peer, ch->reqs[slot], &done, &got) != ncclxSuccess) {
       ch->inflight = 0; /* the transport freed the failed request */
       return linkFailed(st, peer, isSend, "the connection failed");
     }
@@ -206,11 +166,11 @@ static ncclxResult_t chanTest(dynState* st, int peer, int isSend, int* progress)
     }
     if (!isSend && got != ch->reqBytes[slot]) {
       char who[128];
-      return commFail(
-          comm, ncclxInvalidUsage,
+      return moeCore->fail(
+          st->comm, ncclxInvalidUsage,
           "%s #%llu: %s sent a %zu-byte message where %zu bytes were expected (calls differ between "
           "ranks?)",
-          opName(comm), opSeq(comm), commDescribeRank(comm, peer, who, sizeof(who)), got, ch->reqBytes[slot]);
+          opName(st), opSeq(st), moeCore->describeRank(st->comm, peer, who, sizeof(who)), got, ch->reqBytes[slot]);
     }
     if (!isSend && !ch->direct && !ch->segmented)
       segCopy(p->recvDst, p->recvSegs, p->nRecvSeg, st->x->unitBytes, ch->reqOff[slot], ch->reqBytes[slot],
@@ -222,51 +182,35 @@ static ncclxResult_t chanTest(dynState* st, int peer, int isSend, int* progress)
 
 /* Nothing moved for a while: sleep until a connection or the bootstrap has news. */
 static void idleSleep(dynState* st) {
-  struct pollfd fds[64];
-  int nfds = 0, sendsWaiting = 0;
-  for (int peer = 0; peer < st->n && nfds < 63; peer++) {
+  int peers[64], isSend[64], n = 0;
+  for (int peer = 0; peer < st->n && n < 63; peer++) {
     if (peer == st->me) continue;
-    const struct ncclxPeerConn* c = &st->comm->conns[peer];
-    for (int isSend = 0; isSend < 2 && nfds < 63; isSend++) {
-      if (chanComplete(st, peer, isSend)) continue;
-      int fd = isSend ? c->sendFd : c->recvFd;
-      if (fd < 0) sendsWaiting |= isSend;
-      else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
-    }
+    for (int dir = 0; dir < 2 && n < 63; dir++)
+      if (!chanComplete(st, peer, dir)) peers[n] = peer, isSend[n++] = dir;
   }
-  int bfd = bootstrapPollFd(st->comm->bootstrap);
-  if (bfd >= 0) fds[nfds++] = (struct pollfd){.fd = bfd, .events = POLLIN};
-  if (sendsWaiting || nfds == 0) {
-    usleep(50);
-    return;
-  }
-  (void)poll(fds, (nfds_t)nfds, 2);
+  moeCore->waitPeers(st->comm, peers, isSend, n);
 }
 
 static ncclxResult_t checkStuck(dynState* st, double lastProgress) {
-  struct ncclxComm* comm = st->comm;
-  NCCLX_CHECK(commPollAbort(comm));
   int awaited[8], nAwaited = 0;
   for (int peer = 0; peer < st->n && nAwaited < 8; peer++)
     if (peer != st->me && (!chanComplete(st, peer, 0) || !chanComplete(st, peer, 1))) awaited[nAwaited++] = peer;
-  double waited = nowSec() - lastProgress;
-  NCCLX_CHECK(waitNoteCheck(comm, awaited, nAwaited, waited));
-  if (comm->timeoutSec <= 0 || waited <= comm->timeoutSec) return ncclxSuccess;
+  double waited = nowSec() - lastProgress, timeout = st->call->info.timeoutSec;
+  /* What we wait for, said only by the timeout. */
   char list[1024] = "", who[128];
   size_t len = 0;
-  for (int peer = 0; peer < st->n && len < sizeof(list) - 400; peer++) {
+  for (int peer = 0; timeout > 0 && waited > timeout && peer < st->n && len < sizeof(list) - 400; peer++) {
     if (peer == st->me) continue;
     for (int isSend = 0; isSend < 2 && len < sizeof(list) - 200; isSend++) {
       if (chanComplete(st, peer, isSend)) continue;
       const dynChan* ch = isSend ? &st->send[peer] : &st->recv[peer];
-      len += (size_t)snprintf(
-          list + len, sizeof(list) - len, " %s %s (%s);", isSend ? "sending to" : "receiving from",
-          commDescribeRank(comm, peer, who, sizeof(who)), ch->msgsDone == 0 ? "first message" : "data");
+      len += (size_t)snprintf(list + len, sizeof(list) - len, " %s %s (%s);",
+                              isSend ? "sending to" : "receiving from",
+                              moeCore->describeRank(st->comm, peer, who, sizeof(who)),
+                              ch->msgsDone == 0 ? "first message" : "data");
     }
   }
-  if (nAwaited > 0) len = waitNoteDescribe(comm, awaited[0], list, len, sizeof(list));
-  return commFail(comm, ncclxRemoteError, "timeout: no progress for %.0f s during %s #%llu, waiting on:%s",
-                  comm->timeoutSec, opName(comm), opSeq(comm), list);
+  return moeCore->waitCheck(st->comm, awaited, nAwaited, waited, list);
 }
 
 /* ---------------- setup and the loop ---------------- */
@@ -279,7 +223,7 @@ static size_t recvAreaBytes(const dynState* st, const dynChan* r) {
 }
 
 static ncclxResult_t setupChannels(dynState* st) {
-  struct ncclxComm* comm = st->comm;
+  ncclxComm_t comm = st->comm;
   dynExchange* x = st->x;
   int n = st->n;
   size_t total = 0;
@@ -291,8 +235,8 @@ static ncclxResult_t setupChannels(dynState* st) {
     s->chunk = st->chunk;
     uint64_t bytes = sumSegs(p->sendSegs, p->nSendSeg) * x->unitBytes;
     if (p->noSend && bytes)
-      return commFail(comm, ncclxInternalError, "%s #%llu: %llu bytes for rank %d, which expects none",
-                      opName(comm), opSeq(comm), (unsigned long long)bytes, peer);
+      return moeCore->fail(comm, ncclxInternalError, "%s #%llu: %llu bytes for rank %d, which expects none",
+                      opName(st), opSeq(st), (unsigned long long)bytes, peer);
     chanSetData(s, bytes, bytes <= st->inlineMax ? bytes : 0, p->sendSegs, p->nSendSeg, x->unitBytes);
     s->msg0Bytes = bytes ? hdrSize(p->nSendSeg) + (size_t)s->inlined : sizeof(dynEmptyHeader);
     s->direct = contiguousBase((char* const*)p->sendPtr, p->sendSegs, p->nSendSeg, x->unitBytes);
@@ -307,10 +251,8 @@ static ncclxResult_t setupChannels(dynState* st) {
   /* Staging lives in the comm's scratch: after a failure the transport may still hold
    * requests on it, and the comm (unlike this call's stack) outlives that. Pages that
    * small messages never reach are never touched. */
-  char* buf = total ? commScratch(comm, total) : NULL;
-  if (total && !buf)
-    return commFail(comm, ncclxSystemError, "%s #%llu: cannot allocate %zu bytes of staging", opName(comm),
-                    opSeq(comm), total);
+  char* buf = NULL;
+  if (total) NCCLX_CHECK(moeCore->scratch(comm, total, (void**)&buf));
   for (int peer = 0; peer < n; peer++) {
     if (peer == st->me) continue;
     dynChan* s = &st->send[peer];
@@ -329,7 +271,7 @@ static ncclxResult_t setupChannels(dynState* st) {
       dynEmptyHeader e = {.magic = DYN_MAGIC_EMPTY,
                           .nseg = (uint32_t)p->nSendSeg,
                           .unitBytes = x->unitBytes,
-                          .seq = comm->curOpSeq,
+                          .seq = st->call->seq,
                           .capacity = x->capacity};
       memcpy(s->msg0, &e, sizeof(e));
       continue;
@@ -337,7 +279,7 @@ static ncclxResult_t setupChannels(dynState* st) {
     dynHeader h = {.magic = DYN_MAGIC,
                    .nseg = (uint32_t)p->nSendSeg,
                    .unitBytes = x->unitBytes,
-                   .seq = comm->curOpSeq,
+                   .seq = st->call->seq,
                    .capacity = x->capacity,
                    .chunk = st->chunk,
                    .inlined = s->inlined};
@@ -354,39 +296,37 @@ static ncclxResult_t connectPeers(dynState* st) {
   int n = st->n, ns = 0, nr = 0;
   if (n <= 1) return ncclxSuccess;
   int* peers = malloc(2 * sizeof(int) * (size_t)n);
-  if (!peers) return commFail(st->comm, ncclxSystemError, "%s: out of memory", opName(st->comm));
+  if (!peers) return moeCore->fail(st->comm, ncclxSystemError, "%s: out of memory", opName(st));
   int *to = peers, *from = peers + n;
   for (int i = 1; i < n; i++) {
     int peer = (st->me + i) % n;
     if (!st->x->peers[peer].noSend) to[ns++] = peer;
     if (!st->x->peers[peer].noRecv) from[nr++] = peer;
   }
-  ncclxResult_t res = peersEnsure(st->comm, to, ns, from, nr);
+  ncclxResult_t res = moeCore->connect(st->comm, to, ns, from, nr);
   free(peers);
   return res;
 }
 
-/* Waiting follows the progress engine's rule (xferSpinPolls: poll before yielding, but
- * yield almost at once when this host has more ranks than CPUs). Other load on the machine
- * has the same effect unseen, so the budget adapts per thread: a wait that outlasts the spin
- * halves it, one that ends within it grows it back. Sleep in poll() only after DYN_YIELDS
- * yields and DYN_YIELD_SEC: the shared-memory transport arms its doorbell after ~50 us of
- * idle test() calls, and a sleep before that lasts the whole poll timeout. */
-#define DYN_SPIN_MIN XFER_SPIN_OVERSUBSCRIBED
+/* Waiting follows the progress engine's rule (spinPolls: poll before yielding, but yield
+ * almost at once when this host has more ranks than CPUs). Other load on the machine has the
+ * same effect unseen, so the budget adapts per thread: a wait that outlasts the spin halves
+ * it, one that ends within it grows it back. Sleep (waitPeers) only after DYN_YIELDS yields
+ * and DYN_YIELD_SEC: the shared-memory transport arms its doorbell after ~50 us of idle
+ * test() calls, and a sleep before that lasts the whole poll timeout. */
+#define DYN_SPIN_MIN 4u /* the core's budget on an oversubscribed host */
 #define DYN_YIELDS 200u
 #define DYN_YIELD_SEC 200e-6
 static __thread unsigned spinBudget;
 
-static unsigned spinLimit(const struct ncclxComm* comm) { return xferSpinPolls(comm); }
-
-static unsigned spinPolls(const struct ncclxComm* comm) {
-  unsigned limit = spinLimit(comm);
+static unsigned spinPolls(ncclxComm_t comm) {
+  unsigned limit = moeCore->spinPolls(comm);
   if (spinBudget == 0 || spinBudget > limit) spinBudget = limit;
   return spinBudget;
 }
 
-static void spinLearn(const struct ncclxComm* comm, int waitedPastSpin) {
-  unsigned limit = spinLimit(comm);
+static void spinLearn(ncclxComm_t comm, int waitedPastSpin) {
+  unsigned limit = moeCore->spinPolls(comm);
   if (waitedPastSpin)
     spinBudget = spinBudget / 2 > DYN_SPIN_MIN ? spinBudget / 2 : DYN_SPIN_MIN;
   else
@@ -444,23 +384,25 @@ static ncclxResult_t progressLoop(dynState* st) {
 }
 
 ncclxResult_t dynExchangeRun(dynExchange* x) {
-  struct ncclxComm* comm = x->comm;
-  dynState st = {.x = x, .comm = comm, .n = comm->nranks, .me = comm->rank, .capPeer = -1};
+  const dynCall* call = x->call;
+  ncclxComm_t comm = call->comm;
+  const ncclxModuleCommInfo_v1_t* info = &call->info;
+  dynState st = {.x = x, .call = call, .comm = comm, .n = info->nranks, .me = info->rank, .capPeer = -1};
   size_t chunkMax;
   dynStaging(st.n, &st.inlineMax, &chunkMax);
-  st.chunk = comm->chunkBytes && comm->chunkBytes < chunkMax ? comm->chunkBytes : chunkMax;
-  if (comm->maxMessageBytes && st.chunk > comm->maxMessageBytes) st.chunk = comm->maxMessageBytes;
+  st.chunk = info->chunkBytes && info->chunkBytes < chunkMax ? info->chunkBytes : chunkMax;
+  if (info->maxMessageBytes && st.chunk > info->maxMessageBytes) st.chunk = info->maxMessageBytes;
   dynPeer* self = &x->peers[st.me];
   if (self->nSendSeg != self->nRecvSeg)
-    return commFail(comm, ncclxInternalError, "%s #%llu: %d segments to self but %d expected", opName(comm),
-                    opSeq(comm), self->nSendSeg, self->nRecvSeg);
+    return moeCore->fail(comm, ncclxInternalError, "%s #%llu: %d segments to self but %d expected", opName(&st),
+                    opSeq(&st), self->nSendSeg, self->nRecvSeg);
   for (int peer = 0; peer < st.n; peer++) x->peers[peer].hdrKnown = x->peers[peer].placed = 0;
   size_t nchan = st.n > 0 ? (size_t)st.n : 1;
   st.send = calloc(2 * nchan, sizeof(dynChan));
   st.recv = st.send ? st.send + nchan : NULL;
   ncclxResult_t res = ncclxSuccess;
   if (!st.send)
-    res = commFail(comm, ncclxSystemError, "%s #%llu: out of memory for %d peers", opName(comm), opSeq(comm),
+    res = moeCore->fail(comm, ncclxSystemError, "%s #%llu: out of memory for %d peers", opName(&st), opSeq(&st),
                    st.n);
   if (res == ncclxSuccess) res = setupChannels(&st);
   if (res == ncclxSuccess) {

@@ -15,14 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/alltoallv_dynamic.h"
-#include "gpu/gpu.h"
-#include "util/debug.h"
-#include "ncclx/moe.h"
-#include "util/reduce.h"
-#include "sched/stream.h"
-
-#define API __attribute__((visibility("default")))
+#include "alltoallv_dynamic.h"
+#include "moe_module.h"
 
 #define MOE_MAGIC 0x6e63636c786d6f65ull /* "ncclxmoe" */
 #define MOE_DROPPED SIZE_MAX
@@ -30,7 +24,7 @@
 struct ncclxMoe {
   uint64_t magic;
   atomic_int refs; /* the user's handle plus queued operations */
-  struct ncclxComm* comm;
+  ncclxComm_t comm;
   ncclxMoeConfig_t cfg;
   size_t rowBytes;
   int nranks, rank;
@@ -60,7 +54,6 @@ struct ncclxMoe {
 };
 
 typedef struct {
-  ncclxTask base;
   struct ncclxMoe* moe;
   int isCombine;
   ncclxStream_t stream;
@@ -89,7 +82,7 @@ static int isFloatType(ncclxDataType_t t) {
 
 static void moeRelease(struct ncclxMoe* m) {
   if (atomic_fetch_sub(&m->refs, 1) != 1) return;
-  commRelease(m->comm);
+  moeCore->release(m->comm);
   free(m->firstExpert);
   free(m->stage);
   free(m->pairRow);
@@ -111,57 +104,59 @@ static void moeRelease(struct ncclxMoe* m) {
 }
 
 static ncclxResult_t checkHandle(struct ncclxMoe* m, const char* fn) {
-  if (!m) return ncclxSetError(ncclxInvalidArgument, "%s: moe handle is NULL", fn);
+  if (!m) return moeCore->setError(ncclxInvalidArgument, "%s: moe handle is NULL", fn);
   if (m->magic != MOE_MAGIC)
-    return ncclxSetError(ncclxInvalidArgument, "%s: %p is not a live moe handle", fn, (void*)m);
+    return moeCore->setError(ncclxInvalidArgument, "%s: %p is not a live moe handle", fn, (void*)m);
   return ncclxSuccess;
 }
 
 /* ---------------- create / destroy ---------------- */
 
-static ncclxResult_t validateConfig(struct ncclxComm* comm, const ncclxMoeConfig_t* c) {
+static ncclxResult_t validateConfig(ncclxComm_t comm, const ncclxMoeConfig_t* c) {
   const char* fn = "ncclxMoeCreate";
-  if (!c) return commArgError(comm, ncclxInvalidArgument, "%s: config is NULL", fn);
+  if (!c) return moeCore->argError(comm, ncclxInvalidArgument, "%s: config is NULL", fn);
   if (c->size != sizeof(ncclxMoeConfig_t) && c->size != NCCLX_MOE_CONFIG_SIZE_V1)
-    return commArgError(comm, ncclxInvalidArgument,
+    return moeCore->argError(comm, ncclxInvalidArgument,
                        "%s: config->size is %zu, expected sizeof(ncclxMoeConfig_t) = %zu (or %zu, before "
                        "expertCapacity)", fn, c->size, sizeof(ncclxMoeConfig_t), (size_t)NCCLX_MOE_CONFIG_SIZE_V1);
   if (c->nExperts < 1)
-    return commArgError(comm, ncclxInvalidArgument, "%s: nExperts %d must be >= 1", fn, c->nExperts);
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: nExperts %d must be >= 1", fn, c->nExperts);
   if (c->topk < 1 || c->topk > c->nExperts * 64)
-    return commArgError(comm, ncclxInvalidArgument, "%s: topk %d must be between 1 and 64 * nExperts", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: topk %d must be between 1 and 64 * nExperts", fn,
                        c->topk);
-  if (c->hidden < 1) return commArgError(comm, ncclxInvalidArgument, "%s: hidden must be >= 1", fn);
+  if (c->hidden < 1) return moeCore->argError(comm, ncclxInvalidArgument, "%s: hidden must be >= 1", fn);
   if (!isFloatType(c->datatype))
-    return commArgError(
+    return moeCore->argError(
         comm, ncclxInvalidArgument,
         "%s: datatype %d: token rows must be float16, bfloat16, float32 or float64 (combine scales them)", fn,
         (int)c->datatype);
-  size_t row = ncclxTypeSize(c->datatype);
+  size_t row = moeCore->typeSize(c->datatype);
   size_t limit = (SIZE_MAX / 4) / row;
   if (c->hidden > limit)
-    return commArgError(comm, ncclxInvalidArgument, "%s: hidden %zu is too large", fn, c->hidden);
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: hidden %zu is too large", fn, c->hidden);
   limit /= c->hidden;
   if (c->maxTokens > limit / (size_t)c->topk || c->maxRecvTokens > limit)
-    return commArgError(comm, ncclxInvalidArgument, "%s: maxTokens %zu / maxRecvTokens %zu are too large", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: maxTokens %zu / maxRecvTokens %zu are too large", fn,
                        c->maxTokens, c->maxRecvTokens);
   return ncclxSuccess;
 }
 
-API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config, ncclxComm_t comm) {
+ncclxResult_t moeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config, ncclxComm_t comm) {
   const char* fn = "ncclxMoeCreate";
-  if (!moe) return ncclxSetError(ncclxInvalidArgument, "%s: moe pointer is NULL", fn);
+  if (!moe) return moeCore->setError(ncclxInvalidArgument, "%s: moe pointer is NULL", fn);
   *moe = NULL;
-  NCCLX_CHECK(commCheckCall(comm, NULL, fn));
+  NCCLX_CHECK(moeCore->checkCall(comm, NULL, fn));
   NCCLX_CHECK(validateConfig(comm, config));
+  ncclxModuleCommInfo_v1_t info;
+  moeCore->commInfo(comm, &info);
   struct ncclxMoe* m = calloc(1, sizeof(*m));
-  if (!m) return commArgError(comm, ncclxSystemError, "%s: out of memory", fn);
+  if (!m) return moeCore->argError(comm, ncclxSystemError, "%s: out of memory", fn);
   memcpy(&m->cfg, config, config->size); /* an older, shorter config: the new fields stay 0 */
   m->cfg.size = sizeof(m->cfg);
   m->comm = comm;
-  m->nranks = comm->nranks;
-  m->rank = comm->rank;
-  m->rowBytes = config->hidden * ncclxTypeSize(config->datatype);
+  m->nranks = info.nranks;
+  m->rank = info.rank;
+  m->rowBytes = config->hidden * moeCore->typeSize(config->datatype);
   size_t n = (size_t)m->nranks, E = (size_t)config->nExperts, pairs = config->maxTokens * (size_t)config->topk;
   m->firstExpert = malloc((n + 1) * sizeof(int));
   if (m->firstExpert)
@@ -171,7 +166,7 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
   size_t nl = (size_t)m->nLocal;
   size_t cap = m->cfg.expertCapacity;
   if (cap > 0 && m->firstExpert && (cap > SIZE_MAX / n / (nl + 1) || n * nl * cap > config->maxRecvTokens)) {
-    ncclxResult_t res = commArgError(comm, ncclxInvalidArgument,
+    ncclxResult_t res = moeCore->argError(comm, ncclxInvalidArgument,
                                      "%s: maxRecvTokens %zu cannot hold what expertCapacity %zu lets %zu ranks send to "
                                      "this rank's %zu experts (%zu rows): raise maxRecvTokens or lower the capacity",
                                      fn, config->maxRecvTokens, cap, n, nl, n * nl * cap);
@@ -196,29 +191,29 @@ API ncclxResult_t ncclxMoeCreate(ncclxMoe_t* moe, const ncclxMoeConfig_t* config
   m->accD = malloc(config->hidden * sizeof(double));
   atomic_init(&m->refs, 1);
   m->magic = MOE_MAGIC;
-  commRetain(comm);
+  moeCore->retain(comm);
   if (!m->firstExpert || !m->stage || !m->pairRow || !m->sendSegs || !m->dropped || !m->expertStart || !m->recvSegs ||
       !m->recvRow || !m->recvDst || !m->peers || !m->sendPtr || !m->backSegs || !m->backDst || !m->outPtr ||
       !m->accF || !m->accD) {
     moeRelease(m);
-    return commArgError(comm, ncclxSystemError, "%s: out of memory (staging of %zu rows of %zu bytes)", fn,
+    return moeCore->argError(comm, ncclxSystemError, "%s: out of memory (staging of %zu rows of %zu bytes)", fn,
                        pairs, m->rowBytes);
   }
-  INFO(NCCLX_LOG_INIT, "%s: %d experts (local %d..%d), top-%d, hidden %zu %s, staging %zu bytes", fn,
+  MOE_INFO(NCCLX_LOG_INIT, "%s: %d experts (local %d..%d), top-%d, hidden %zu %s, staging %zu bytes", fn,
        config->nExperts, m->localFirst, m->localFirst + m->nLocal - 1, config->topk, config->hidden,
-       ncclxTypeName(config->datatype), pairs * m->rowBytes);
+       moeCore->typeName(config->datatype), pairs * m->rowBytes);
   *moe = m;
   return ncclxSuccess;
 }
 
-API ncclxResult_t ncclxMoeDestroy(ncclxMoe_t moe) {
+ncclxResult_t moeDestroy(ncclxMoe_t moe) {
   NCCLX_CHECK(checkHandle(moe, "ncclxMoeDestroy"));
   moe->magic = MOE_MAGIC ^ 1; /* refuse new calls; queued ones still hold references */
   moeRelease(moe);
   return ncclxSuccess;
 }
 
-API ncclxResult_t ncclxMoeLocalExperts(ncclxMoe_t moe, int* firstExpert, int* nLocalExperts) {
+ncclxResult_t moeLocalExperts(ncclxMoe_t moe, int* firstExpert, int* nLocalExperts) {
   NCCLX_CHECK(checkHandle(moe, "ncclxMoeLocalExperts"));
   if (firstExpert) *firstExpert = moe->localFirst;
   if (nLocalExperts) *nLocalExperts = moe->nLocal;
@@ -266,7 +261,7 @@ static ncclxResult_t placeGrouped(dynExchange* x, int peer, int* placed) {
   return ncclxSuccess;
 }
 
-static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
+static ncclxResult_t dispatchExec(const dynCall* call, void* arg) {
   moeTask* t = arg;
   struct ncclxMoe* m = t->moe;
   int E = m->cfg.nExperts, K = m->cfg.topk, n = m->nranks, nl = m->nLocal;
@@ -322,7 +317,7 @@ static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
                             .recvDst = &m->recvDst[(size_t)d * nl]};
   }
   t->laidOut = 0;
-  dynExchange x = {.comm = comm,
+  dynExchange x = {.call = call,
                    .unitBytes = m->rowBytes,
                    .unitName = "tokens",
                    .capName = "maxRecvTokens",
@@ -335,10 +330,10 @@ static ncclxResult_t dispatchExec(struct ncclxComm* comm, void* arg) {
   m->nTokens = t->nTokens;
   m->haveRouting = 1; /* also after a refusal: the peers' combine expects this rank */
   if (nBad > 0)
-    return commArgError(comm, ncclxInvalidArgument,
+    return moeCore->argError(call->comm, ncclxInvalidArgument,
                         "ncclxMoeDispatch #%llu: expertIds[%zu] (token %zu, k %zu) is %d, not an expert of this "
                         "%d-expert layer (nor -1 for none); %zu such pairs were not sent, the rest were",
-                        (unsigned long long)comm->curOpSeq, firstBad, firstBad / (size_t)K, firstBad % (size_t)K,
+                        (unsigned long long)call->seq, firstBad, firstBad / (size_t)K, firstBad % (size_t)K,
                         (int)badId, E, nBad);
   return ncclxSuccess;
 }
@@ -378,7 +373,7 @@ static void accumulateRow(float* restrict acc, const char* restrict row, float w
     for (; h < H; h++) acc[h] += w * bf16Load(s[h]);
   } else {
     const uint16_t* s = (const uint16_t*)row;
-    for (; h < H; h++) acc[h] += w * ncclxHalfToFloat(s[h]);
+    for (; h < H; h++) acc[h] += w * moeCore->halfToFloat(s[h]);
   }
 }
 
@@ -392,7 +387,7 @@ static void storeRow(char* restrict dst, const float* restrict acc, size_t H, nc
       for (int j = 0; j < 8; j++) d[h + j] = bf16Store(acc[h + j]);
     for (; h < H; h++) d[h] = bf16Store(acc[h]);
   } else {
-    for (; h < H; h++) d[h] = ncclxFloatToHalf(acc[h]);
+    for (; h < H; h++) d[h] = moeCore->floatToHalf(acc[h]);
   }
 }
 
@@ -433,7 +428,7 @@ static ncclxResult_t placeBack(dynExchange* x, int peer, int* placed) {
       snprintf(x->why, sizeof(x->why),
                "%s returns %llu rows of expert %d where the dispatch sent it %llu (dispatch and combine of "
                "different calls, or handles on different streams?)",
-               commDescribeRank(x->comm, peer, who, sizeof(who)), (unsigned long long)m->backSegs[e], e,
+               moeCore->describeRank(x->call->comm, peer, who, sizeof(who)), (unsigned long long)m->backSegs[e], e,
                (unsigned long long)m->sendSegs[e]);
       return ncclxInvalidUsage;
     }
@@ -443,14 +438,14 @@ static ncclxResult_t placeBack(dynExchange* x, int peer, int* placed) {
   return ncclxSuccess;
 }
 
-static ncclxResult_t combineExec(struct ncclxComm* comm, void* arg) {
+static ncclxResult_t combineExec(const dynCall* call, void* arg) {
   moeTask* t = arg;
   struct ncclxMoe* m = t->moe;
   if (!m->haveRouting)
-    return commFail(comm, ncclxInvalidUsage,
+    return moeCore->fail(call->comm, ncclxInvalidUsage,
                     "ncclxMoeCombine #%llu: no dispatch completed on this handle before the combine executed "
                     "(queued on another stream?)",
-                    (unsigned long long)comm->curOpSeq);
+                    (unsigned long long)call->seq);
   int n = m->nranks, nl = m->nLocal, E = m->cfg.nExperts;
   /* Segment (s, i) of the expert output goes back to source s; expert e's rows come back
    * from its owner into the staging rows dispatch packed them from. */
@@ -469,7 +464,7 @@ static ncclxResult_t combineExec(struct ncclxComm* comm, void* arg) {
                             .noSend = sumSegsOf(&m->recvSegs[(size_t)d * nl], nl) == 0,
                             .noRecv = sumSegsOf(&m->sendSegs[first], nseg) == 0};
   }
-  dynExchange x = {.comm = comm,
+  dynExchange x = {.call = call,
                    .unitBytes = m->rowBytes,
                    .unitName = "tokens",
                    .capName = "dispatch counts",
@@ -484,8 +479,8 @@ static ncclxResult_t combineExec(struct ncclxComm* comm, void* arg) {
 
 /* ---------------- submission ---------------- */
 
-static ncclxResult_t moeRun(ncclxTask* task) {
-  moeTask* t = (moeTask*)task;
+static ncclxResult_t moeRun(void* arg) {
+  moeTask* t = arg;
   struct ncclxMoe* m = t->moe;
   /* Counted in tokens and their pairs' rows (the rows actually sent are known only later,
    * after routing; dropped pairs are included here). */
@@ -500,55 +495,51 @@ static ncclxResult_t moeRun(ncclxTask* task) {
   return dynExecOp(m->comm, "moe_dispatch", dispatchExec, t, &info);
 }
 
-static void moeTaskRelease(ncclxTask* task) {
-  moeTask* t = (moeTask*)task;
+static void moeTaskRelease(void* arg) {
+  moeTask* t = arg;
   moeRelease(t->moe);
   free(t);
 }
 
 static ncclxResult_t moeSubmit(moeTask* tmpl, ncclxStream_t stream) {
   moeTask* t = malloc(sizeof(*t));
-  if (!t) return commArgError(tmpl->moe->comm, ncclxSystemError, "moe: out of memory queueing an operation");
+  if (!t) return moeCore->argError(tmpl->moe->comm, ncclxSystemError, "moe: out of memory queueing an operation");
   *t = *tmpl;
   t->stream = stream;
-  t->base.run = moeRun;
-  t->base.release = moeTaskRelease;
-  t->base.next = NULL;
   atomic_fetch_add(&t->moe->refs, 1);
-  return streamEnqueue(stream, &t->base);
+  return moeCore->enqueue(t->moe->comm, stream, moeRun, moeTaskRelease, t);
 }
 
 /* The MoE helpers route, pack and sum rows on the CPU: every buffer must be host memory
  * (device memory would be read by the CPU and crash). names[i] names ptrs[i] in the error. */
-static ncclxResult_t moeCheckHost(struct ncclxComm* comm, const char* fn, const char* const* names,
+static ncclxResult_t moeCheckHost(ncclxComm_t comm, const char* fn, const char* const* names,
                                   const void* const* ptrs, int n) {
-  if (!gpuDriverLoaded()) return ncclxSuccess; /* no driver, no device memory */
   for (int i = 0; i < n; i++)
-    if (ptrs[i] && gpuProbePointer(ptrs[i], NULL) == GPU_MEM_DEVICE)
-      return commArgError(comm, ncclxInvalidUsage,
+    if (moeCore->memDevice(ptrs[i]) >= 0)
+      return moeCore->argError(comm, ncclxInvalidUsage,
                           "%s: %s is CUDA device memory; the MoE helpers take host buffers "
                           "(ncclxAllToAllvDynamic accepts device buffers)", fn, names[i]);
   return ncclxSuccess;
 }
 
-API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nTokens, const int32_t* expertIds,
+ncclxResult_t moeDispatch(ncclxMoe_t moe, const void* tokens, size_t nTokens, const int32_t* expertIds,
                                    void* expertIn, size_t* expertCounts, ncclxStream_t stream) {
   const char* fn = "ncclxMoeDispatch";
   NCCLX_CHECK(checkHandle(moe, fn));
-  struct ncclxComm* comm = moe->comm;
-  NCCLX_CHECK(commCheckCall(comm, stream, fn));
+  ncclxComm_t comm = moe->comm;
+  NCCLX_CHECK(moeCore->checkCall(comm, stream, fn));
   NCCLX_CHECK(dynCheckNotGrouped(comm, fn));
   if (nTokens > moe->cfg.maxTokens)
-    return commArgError(comm, ncclxInvalidArgument, "%s: nTokens %zu is more than the handle's maxTokens %zu",
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: nTokens %zu is more than the handle's maxTokens %zu",
                        fn, nTokens, moe->cfg.maxTokens);
   if (nTokens > 0 && (!tokens || !expertIds))
-    return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL with nTokens %zu", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: %s is NULL with nTokens %zu", fn,
                        !tokens ? "tokens" : "expertIds", nTokens);
   if (moe->cfg.maxRecvTokens > 0 && !expertIn)
-    return commArgError(comm, ncclxInvalidArgument, "%s: expertIn is NULL with maxRecvTokens %zu", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: expertIn is NULL with maxRecvTokens %zu", fn,
                        moe->cfg.maxRecvTokens);
   if (moe->nLocal > 0 && !expertCounts)
-    return commArgError(comm, ncclxInvalidArgument, "%s: expertCounts is NULL but rank %d owns %d experts", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: expertCounts is NULL but rank %d owns %d experts", fn,
                        moe->rank, moe->nLocal);
   const char* const names[] = {"tokens", "expertIds", "expertIn", "expertCounts"};
   const void* const ptrs[] = {tokens, expertIds, expertIn, expertCounts};
@@ -569,31 +560,31 @@ API ncclxResult_t ncclxMoeDispatch(ncclxMoe_t moe, const void* tokens, size_t nT
   return res;
 }
 
-API ncclxResult_t ncclxMoeDroppedCounts(ncclxMoe_t moe, size_t* dropped) {
+ncclxResult_t moeDroppedCounts(ncclxMoe_t moe, size_t* dropped) {
   const char* fn = "ncclxMoeDroppedCounts";
   NCCLX_CHECK(checkHandle(moe, fn));
-  if (!dropped) return commArgError(moe->comm, ncclxInvalidArgument, "%s: dropped is NULL", fn);
+  if (!dropped) return moeCore->argError(moe->comm, ncclxInvalidArgument, "%s: dropped is NULL", fn);
   /* The exec lock orders this read after a dispatch still running on a stream's thread. */
-  int ref = commExecLock(moe->comm);
+  int ref = moeCore->execLock(moe->comm);
   memcpy(dropped, moe->dropped, (size_t)moe->cfg.nExperts * sizeof(size_t));
-  commExecUnlock(moe->comm, ref);
+  moeCore->execUnlock(moe->comm, ref);
   return ncclxSuccess;
 }
 
-API ncclxResult_t ncclxMoeCombine(ncclxMoe_t moe, const void* expertOut, const float* weights, void* out,
+ncclxResult_t moeCombine(ncclxMoe_t moe, const void* expertOut, const float* weights, void* out,
                                   ncclxStream_t stream) {
   const char* fn = "ncclxMoeCombine";
   NCCLX_CHECK(checkHandle(moe, fn));
-  struct ncclxComm* comm = moe->comm;
-  NCCLX_CHECK(commCheckCall(comm, stream, fn));
+  ncclxComm_t comm = moe->comm;
+  NCCLX_CHECK(moeCore->checkCall(comm, stream, fn));
   NCCLX_CHECK(dynCheckNotGrouped(comm, fn));
   if (moe->dispatchCalls == 0)
-    return commArgError(comm, ncclxInvalidUsage, "%s: no ncclxMoeDispatch was called on this handle", fn);
+    return moeCore->argError(comm, ncclxInvalidUsage, "%s: no ncclxMoeDispatch was called on this handle", fn);
   if (moe->cfg.maxRecvTokens > 0 && !expertOut)
-    return commArgError(comm, ncclxInvalidArgument, "%s: expertOut is NULL with maxRecvTokens %zu", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: expertOut is NULL with maxRecvTokens %zu", fn,
                        moe->cfg.maxRecvTokens);
   if (moe->lastCallTokens > 0 && (!weights || !out))
-    return commArgError(comm, ncclxInvalidArgument, "%s: %s is NULL (the dispatch had %zu tokens)", fn,
+    return moeCore->argError(comm, ncclxInvalidArgument, "%s: %s is NULL (the dispatch had %zu tokens)", fn,
                        !weights ? "weights" : "out", moe->lastCallTokens);
   const char* const names[] = {"expertOut", "weights", "out"};
   const void* const ptrs[] = {expertOut, weights, out};

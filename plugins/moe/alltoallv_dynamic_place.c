@@ -5,18 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/alltoallv_dynamic_engine.h"
-#include "util/debug.h"
+#include "alltoallv_dynamic_engine.h"
 
 /* ---------------- message 0 ---------------- */
 
 ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
-  struct ncclxComm* comm = st->comm;
+  ncclxComm_t comm = st->comm;
   dynExchange* x = st->x;
   dynPeer* p = &x->peers[peer];
   dynChan* ch = &st->recv[peer];
   char who[128];
-  commDescribeRank(comm, peer, who, sizeof(who));
+  moeCore->describeRank(comm, peer, who, sizeof(who));
   dynHeader h;
   memset(&h, 0, sizeof(h));
   if (got == sizeof(dynEmptyHeader) && *(const uint32_t*)ch->msg0 == DYN_MAGIC_EMPTY) {
@@ -32,42 +31,42 @@ ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
     memcpy(&h, ch->msg0, sizeof(h));
   }
   if (got < sizeof(h) || h.magic != DYN_MAGIC)
-    return commFail(comm, ncclxInvalidUsage,
+    return moeCore->fail(comm, ncclxInvalidUsage,
                     "%s #%llu: %s sent a %zu-byte message that does not start with a dynamic all-to-all "
                     "header (is it running a different collective? calls differ between ranks?)",
-                    opName(comm), opSeq(comm), who, got);
-  if (h.seq != comm->curOpSeq)
-    return commFail(comm, ncclxInvalidUsage,
-                    "%s #%llu: %s is at collective #%llu (calls differ between ranks?)", opName(comm),
-                    opSeq(comm), who, (unsigned long long)h.seq);
+                    opName(st), opSeq(st), who, got);
+  if (h.seq != st->call->seq)
+    return moeCore->fail(comm, ncclxInvalidUsage,
+                    "%s #%llu: %s is at collective #%llu (calls differ between ranks?)", opName(st),
+                    opSeq(st), who, (unsigned long long)h.seq);
   if (h.unitBytes != x->unitBytes)
-    return commFail(comm, ncclxInvalidUsage,
+    return moeCore->fail(comm, ncclxInvalidUsage,
                     "%s #%llu: %s counts in %llu-byte %s, this rank in %zu-byte ones "
                     "(datatype or row size differs between ranks?)",
-                    opName(comm), opSeq(comm), who, (unsigned long long)h.unitBytes, x->unitName, x->unitBytes);
+                    opName(st), opSeq(st), who, (unsigned long long)h.unitBytes, x->unitName, x->unitBytes);
   if (h.nseg != (uint32_t)p->nRecvSeg || got < hdrSize((int)h.nseg))
-    return commFail(comm, ncclxInvalidUsage,
+    return moeCore->fail(comm, ncclxInvalidUsage,
                     "%s #%llu: %s sends %u segments, this rank expects %d (arguments such as the number of "
                     "experts differ between ranks?)",
-                    opName(comm), opSeq(comm), who, h.nseg, p->nRecvSeg);
+                    opName(st), opSeq(st), who, h.nseg, p->nRecvSeg);
   if (h.chunk == 0 || h.chunk > st->chunk)
-    return commFail(comm, ncclxInvalidUsage, "%s #%llu: %s uses %llu-byte messages, this rank at most %zu",
-                    opName(comm), opSeq(comm), who, (unsigned long long)h.chunk, st->chunk);
+    return moeCore->fail(comm, ncclxInvalidUsage, "%s #%llu: %s uses %llu-byte messages, this rank at most %zu",
+                    opName(st), opSeq(st), who, (unsigned long long)h.chunk, st->chunk);
   memcpy(p->recvSegs, ch->msg0 + sizeof(h), 8 * (size_t)p->nRecvSeg);
   uint64_t total = 0, limit = (SIZE_MAX / 2) / x->unitBytes;
   for (int i = 0; i < p->nRecvSeg; i++) {
     if (p->recvSegs[i] > limit - total)
-      return commFail(comm, ncclxInvalidUsage, "%s #%llu: %s announces more %s than fit in memory",
-                      opName(comm), opSeq(comm), who, x->unitName);
+      return moeCore->fail(comm, ncclxInvalidUsage, "%s #%llu: %s announces more %s than fit in memory",
+                      opName(st), opSeq(st), who, x->unitName);
     total += p->recvSegs[i];
   }
   uint64_t bytes = total * x->unitBytes;
   if ((h.inlined != 0 && h.inlined != bytes) || h.inlined > st->inlineMax ||
       got != hdrSize(p->nRecvSeg) + h.inlined)
-    return commFail(comm, ncclxInvalidUsage,
+    return moeCore->fail(comm, ncclxInvalidUsage,
                     "%s #%llu: %s sent a %zu-byte first message with %llu of its %llu bytes (calls differ "
                     "between ranks?)",
-                    opName(comm), opSeq(comm), who, got, (unsigned long long)h.inlined,
+                    opName(st), opSeq(st), who, got, (unsigned long long)h.inlined,
                     (unsigned long long)bytes);
   ch->chunk = (size_t)h.chunk;
   chanSetData(ch, bytes, h.inlined, p->recvSegs, p->nRecvSeg, x->unitBytes);
@@ -80,7 +79,7 @@ ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
     st->capSince = nowSec();
     snprintf(st->capWhy, sizeof(st->capWhy),
              "%s #%llu: rank %d sends %llu %s to %s, which can receive at most %llu from each peer (its %s)",
-             opName(comm), opSeq(comm), comm->rank, (unsigned long long)sending, x->unitName, who,
+             opName(st), opSeq(st), st->me, (unsigned long long)sending, x->unitName, who,
              (unsigned long long)h.capacity, x->capName ? x->capName : "capacity");
   }
   return ncclxSuccess;
@@ -91,7 +90,7 @@ ncclxResult_t parseHeader(dynState* st, int peer, size_t got) {
 ncclxResult_t capFailReady(dynState* st) {
   if (st->capPeer < 0) return ncclxSuccess;
   if (st->send[st->capPeer].msgsDone == 0 && nowSec() - st->capSince < 1.0) return ncclxSuccess;
-  return commSetError(st->comm, ncclxInvalidUsage, "%s", st->capWhy);
+  return moeCore->failQuiet(st->comm, ncclxInvalidUsage, "%s", st->capWhy);
 }
 
 void selfCopy(dynState* st) {
@@ -113,7 +112,7 @@ ncclxResult_t placePass(dynState* st, int* progress) {
     x->why[0] = '\0';
     ncclxResult_t res = x->place(x, peer, &placed);
     if (res != ncclxSuccess)
-      return commFail(st->comm, res, "%s #%llu: %s", opName(st->comm), opSeq(st->comm), x->why);
+      return moeCore->fail(st->comm, res, "%s #%llu: %s", opName(st), opSeq(st), x->why);
     if (!placed) continue;
     p->placed = 1;
     *progress = 1;
@@ -127,8 +126,8 @@ ncclxResult_t placePass(dynState* st, int* progress) {
               ch->msg0 + hdrSize(p->nRecvSeg), 1);
     ch->direct = contiguousBase(p->recvDst, p->recvSegs, p->nRecvSeg, x->unitBytes);
     if (!ch->direct && !ch->segmented && ch->msgsTotal > 1 && !x->scatteredRecv)
-      return commFail(st->comm, ncclxInternalError, "%s #%llu: segments from rank %d are not adjacent",
-                      opName(st->comm), opSeq(st->comm), peer);
+      return moeCore->fail(st->comm, ncclxInternalError, "%s #%llu: segments from rank %d are not adjacent",
+                      opName(st), opSeq(st), peer);
   }
   return ncclxSuccess;
 }
