@@ -83,13 +83,7 @@ void moduleWaitPeers(ncclxComm_t comm, const int* peers, const int* isSend, int 
     if (fd < 0) noFd = 1; /* a transport without a descriptor: poll it again soon */
     else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
-  int bfd = bootstrapPollFd(comm->bootstrap);
-  if (bfd >= 0) fds[nfds++] = (struct pollfd){.fd = bfd, .events = POLLIN};
-  if (noFd || nfds == 0) {
-    usleep(50);
-    return;
-  }
-  (void)poll(fds, (nfds_t)nfds, 2);
+  xferSleepOn(comm, fds, nfds, noFd);
 }
 
 ncclxResult_t moduleWaitCheck(ncclxComm_t comm, const int* awaited, int nAwaited, double waitedSec,

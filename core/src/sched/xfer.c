@@ -336,9 +336,13 @@ static void xferSleep(ncclxXfer* x, struct xferState* s, int n, struct ncclxComm
     if (fd < 0) sendsWaiting = 1;
     else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
+  xferSleepOn(comm, fds, nfds, sendsWaiting);
+}
+
+void xferSleepOn(struct ncclxComm* comm, struct pollfd* fds, int nfds, int noFd) {
   int bfd = bootstrapPollFd(comm->bootstrap);
   if (bfd >= 0) fds[nfds++] = (struct pollfd){.fd = bfd, .events = POLLIN};
-  if (sendsWaiting || nfds == 0) {
+  if (noFd || nfds == 0) {
     usleep(50);
     return;
   }

@@ -160,6 +160,10 @@ ncclxResult_t xferEnd(ncclxXferRun* run);
 #define XFER_SPIN_POLLS 200u /* ~5 us at ~25 ns per idle poll */
 #define XFER_SPIN_OVERSUBSCRIBED 4u
 unsigned xferSpinPolls(const struct ncclxComm* comm);
+/* Sleep until one of fds (room for one more: the bootstrap's, for abort notices) has news,
+ * about 2 ms at most; only 50 us when noFd (something waited on has no descriptor). */
+struct pollfd;
+void xferSleepOn(struct ncclxComm* comm, struct pollfd* fds, int nfds, int noFd);
 /* CPUs this host's ranks share: the process's affinity mask, or every online CPU when the
  * launcher pinned it to one. */
 int xferHostCpus(void);
