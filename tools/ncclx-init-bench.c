@@ -42,7 +42,7 @@
 
 #include "ncclx.h"
 
-/* Exported by the core for this tool, not part of ncclx.h (see core/src/comm.c). */
+/* Exported by the core for this tool, not part of ncclx.h (see core/src/api/comm_lifecycle.c). */
 int ncclxInternalInitCounters(ncclxComm_t comm, int64_t* out, int max);
 
 enum { C_MSGS_SENT, C_MSGS_RECV, C_BYTES_SENT, C_BYTES_RECV, C_CONNS_OPENED, C_CONNS_ACCEPTED, C_RDV_MSGS,

@@ -25,7 +25,7 @@ typedef int (*PerfRankMain)(int rank, int nranks, void* arg);
  * two CPUs: every exchange then waits for a context switch (~7 us instead of ~0.6 us for a
  * 2-rank 8-byte all-reduce), and 4 ranks' 256 KiB all-reduce takes 165 us instead of 95-105.
  * More ranks than CPUs are pinned only where we may use every online CPU: a rank pinned to one
- * CPU counts the host's CPUs as its share (xferHostCpus), which in a smaller cpuset would
+ * CPU counts the host's CPUs as its share (hostCpus, util/host.c), which in a smaller cpuset would
  * hide the oversubscription. NCCLX_PERF_BIND=0 leaves the ranks unpinned. */
 static int perfPinnedCpus; /* N of "rank r on CPU r mod N" once this rank is pinned, else 0 */
 

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sched/stream.h" /* enqueueGroupDepth */
+#include "sched/enqueue.h" /* enqueueGroupDepth */
 #include "comm/comm.h"
 #include "ncclx/moe.h"
 #include "ncclx/profiler.h"

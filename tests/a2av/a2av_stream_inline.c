@@ -23,7 +23,7 @@
 
 #include "util/debug.h"
 #include "ncclx.h"
-#include "sched/stream.h"
+#include "exec/stream.h"
 
 static int failures;
 #define CHECK(cond)                                                  \

@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "util/debug.h"
 #include "plugin/plugin_loader.h"
+#include "transport/socket/net_socket.h" /* the built-in network */
 
 #ifndef NCCLX_TEST_FAKE_PLUGIN_DIR
 #error "NCCLX_TEST_FAKE_PLUGIN_DIR must name the directory of the fake plugins"
@@ -78,7 +79,7 @@ static const char* acquireWith(const char* list, ncclxNetInstance_t* inst) {
   setenv("NCCLX_NET_PLUGIN", list, 1);
   memset(inst, 0, sizeof(*inst));
   captureStart();
-  ncclxResult_t res = ncclxNetAcquire(inst);
+  ncclxResult_t res = ncclxNetAcquire(&ncclxNetSocket, inst);
   captureEnd();
   snprintf(name, sizeof(name), "%s", res == ncclxSuccess && inst->net ? inst->net->name : "");
   return name;
@@ -151,7 +152,7 @@ static void testNoNetwork(void) {
   ncclxNetInstance_t inst;
   memset(&inst, 0, sizeof(inst));
   captureStart();
-  ncclxResult_t res = ncclxNetAcquire(&inst);
+  ncclxResult_t res = ncclxNetAcquire(&ncclxNetSocket, &inst);
   captureEnd();
   CHECK(res == ncclxInvalidUsage);
   CHECK(inst.net == NULL);

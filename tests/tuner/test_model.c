@@ -16,7 +16,8 @@
 #include "perf_hooks.h" /* with tune.h: the compiler checks that the prototypes agree */
 #include "tune/tune.h"
 #include "tune/tune_model.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
+#include "util/host.h"
 
 static int failures;
 #define CHECK(cond)                                                   \
@@ -225,7 +226,7 @@ static void fakeComm(struct ncclxComm* c, int nranks, int nhosts, int shm) {
   c->nranks = nranks;
   c->nhosts = nhosts;
   c->ranksPerHostMax = (nranks + nhosts - 1) / nhosts;
-  c->hostCpusMin = xferHostCpus();
+  c->hostCpusMin = hostCpus();
   c->chunkBytes = 512 * 1024;
   c->maxMessageBytes = (size_t)1 << 30;
   if (shm) c->tp[NCCLX_TP_SHM].net = &fakeShm;
@@ -379,7 +380,7 @@ static void testLLBroadcastRounds(void) {
   CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, bulk / 4) == 1);
   CHECK(collLLRounds(&four, NCCLX_COLL_BROADCAST, bulk / 4 + 1) == 2);
   CHECK(collLLRounds(&four, NCCLX_COLL_ALLREDUCE, 4096) == 1);
-  int cpus = xferHostCpus();
+  int cpus = hostCpus();
   fourShared.ranksPerHostMax = eightShared.ranksPerHostMax = cpus + 1; /* more ranks than CPUs */
   eightOwn.ranksPerHostMax = twoOwn.ranksPerHostMax = 1;
   ncclxCollArgs a;
@@ -406,7 +407,7 @@ static void testLLAllgatherBulk(void) {
   fakeComm(&own, 8, 1, 1);
   fakeComm(&twoHosts, 8, 2, 1);
   shared.peerInfo = own.peerInfo = twoHosts.peerInfo = info;
-  shared.ranksPerHostMax = xferHostCpus() + 1;
+  shared.ranksPerHostMax = hostCpus() + 1;
   own.ranksPerHostMax = 1;
   size_t bulk = (size_t)128 << 10;
   CHECK(collLLRunnable(&shared, NCCLX_COLL_ALLGATHER, (size_t)64 << 20));

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plugin/plugin_loader.h"
+#include "transport/socket/net_socket.h" /* ncclxNetSocket */
 
 static const ncclxNet_t* net = &ncclxNetSocket;
 

@@ -10,7 +10,7 @@
 
 #include "util/debug.h"
 #include "ncclx.h"
-#include "sched/stream.h"
+#include "exec/stream.h"
 
 static int failures;
 

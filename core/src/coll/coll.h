@@ -5,8 +5,9 @@
 #define NCCLX_COLL_H
 
 #include "comm/comm.h"
+#include "util/names.h"
 #include "ncclx/tuner.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 typedef struct {
   ncclxCollType_t coll;
@@ -29,17 +30,6 @@ typedef struct {
                         memory, so execution need not probe them again */
 } ncclxCollArgs;
 
-/* ncclxTypeSize (0 for an invalid type) without the PLT call that a public symbol costs
- * inside the library: a small call asked for it four times. */
-static inline size_t collTypeSize(ncclxDataType_t t) {
-  switch (t) {
-    case ncclxInt8: case ncclxUint8: return 1;
-    case ncclxFloat16: case ncclxBfloat16: return 2;
-    case ncclxInt32: case ncclxUint32: case ncclxFloat32: return 4;
-    case ncclxInt64: case ncclxUint64: case ncclxFloat64: return 8;
-    default: return 0;
-  }
-}
 
 /* Whether algo can run this call on comm: the collective, the rank count and, for
  * NCCLX_ALGO_HIERARCHICAL, the host layout (offered only with several hosts, one of them with

@@ -6,7 +6,7 @@
 
 #include "coll/coll.h"
 #include "util/debug.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 static size_t blockBytes(const ncclxCollArgs* a) { return a->count * ncclxTypeSize(a->datatype); }
 

@@ -13,7 +13,7 @@
 #include "coll/coll.h"
 #include "util/debug.h"
 #include "util/reduce.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 /* Element offset of block i when count elements are split into n near-equal blocks
  * (the first count % n blocks get one extra element). */

@@ -13,7 +13,7 @@
 #include "coll/coll.h"
 #include "util/debug.h"
 #include "transport/shm/net_shm.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 typedef struct {
   const char* src;

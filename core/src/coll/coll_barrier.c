@@ -4,7 +4,7 @@
  * legal too, but a byte keeps every transport on its ordinary path). */
 #include "coll/coll.h"
 #include "util/debug.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 ncclxResult_t barrierDissemination(struct ncclxComm* comm, const ncclxCollArgs* a) {
   (void)a;

@@ -9,7 +9,7 @@
 #include "coll/coll.h"
 #include "util/debug.h"
 #include "util/reduce.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 #define MAX_TREE_CHILDREN 33 /* a binomial tree over < 2^32 ranks, plus the parent */
 

@@ -24,7 +24,7 @@
 
 #include "coll/coll_hier.h"
 #include "util/debug.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 typedef struct {
   struct ncclxComm* comm;

@@ -19,7 +19,7 @@
 #include "coll/coll_hier.h"
 #include "util/debug.h"
 #include "util/reduce.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 #define HIER_MAX_CHILDREN 64 /* binomial children inside a host plus among hosts (< 2^32 each) */
 

@@ -244,7 +244,7 @@ __attribute__((noinline)) ncclxResult_t llWaitDone(llCall* c, uint64_t want) {
 /* dst = fold of op over every rank's [off, off + bytes), in rank order. */
 static ncclxResult_t llReduceAll(llCall* c, size_t off, size_t count, void* dst) {
   const ncclxCollArgs* a = c->a;
-  size_t bytes = count * collTypeSize(a->datatype);
+  size_t bytes = count * dataTypeSize(a->datatype);
   _Alignas(64) unsigned char tmp[COLL_LL_MAX_BYTES_LIMIT];
   /* Our own input straight from the send buffer, unless dst overwrites it (in place). */
   const char* own = (const char*)a->sendbuff + off;
@@ -357,7 +357,7 @@ ncclxResult_t llCrossCheck(const llCall* c) {
 /* One round through the board: the whole call a. */
 static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a) {
   int n = comm->nranks, me = comm->rank;
-  size_t sz = a->coll == NCCLX_COLL_BARRIER ? 1 : collTypeSize(a->datatype);
+  size_t sz = a->coll == NCCLX_COLL_BARRIER ? 1 : dataTypeSize(a->datatype);
   llCall c; /* every field set below (see llWaiterInit) */
   c.comm = comm, c.a = a;
   NCCLX_CHECK(llBoard(comm, &c.b));
@@ -439,7 +439,7 @@ static ncclxResult_t llRound(struct ncclxComm* comm, const ncclxCollArgs* a) {
  * the shared-memory transport (n ranks: n + 1 copies against 2 (n - 1)), which is what counts
  * when ranks share CPUs. */
 ncclxResult_t collLLRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
-  size_t total = a->count * collTypeSize(a->datatype);
+  size_t total = a->count * dataTypeSize(a->datatype);
   /* At most a line's payload never goes bulk: a region has a line at least. */
   if (total > LL_PAYLOAD && ((a->coll == NCCLX_COLL_ALLGATHER && llGatherBulk(total)) ||
                              (a->coll == NCCLX_COLL_BROADCAST && llBcastBulk(comm->nranks, total))))

@@ -28,7 +28,7 @@ static void llBulkDone(llCall* c) {
 static ncclxResult_t llGatherRound(struct ncclxComm* comm, struct ncclxLLBoard* b,
                                    const ncclxCollArgs* a, size_t off, size_t len) {
   int n = comm->nranks, me = comm->rank;
-  size_t blk = a->count * collTypeSize(a->datatype);
+  size_t blk = a->count * dataTypeSize(a->datatype);
   llCall c;
   char* bank = llBulkCall(comm, b, a, &c);
   NCCLX_CHECK(llWaitReusable(&c, LL_BULK_BANKS));
@@ -222,7 +222,7 @@ ncclxResult_t llBulkRun(struct ncclxComm* comm, const ncclxCollArgs* a) {
   struct ncclxLLBoard* b;
   NCCLX_CHECK(llBoard(comm, &b));
   if (!b->bulkReady) NCCLX_CHECK(llBulkPopulate(comm, b));
-  size_t total = a->count * collTypeSize(a->datatype);
+  size_t total = a->count * dataTypeSize(a->datatype);
   if (a->coll == NCCLX_COLL_BROADCAST) {
     size_t round = llBcastBulkBytes(comm->nranks);
     int streamOut = (size_t)comm->nranks * total >= LL_STREAM_HOST_BYTES;

@@ -27,10 +27,10 @@
 #include "config/config.h"
 #include "util/debug.h"
 #include "transport/peers.h"
-#include "sched/waitnote.h"
+#include "comm/waitnote.h"
 #include "util/reduce.h"
 #include "transport/shm/shm_mem.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 #define LL_PAYLOAD 48
 /* Banks in turn: a rank that only writes (a broadcast root, a reduce's non-roots) may run as

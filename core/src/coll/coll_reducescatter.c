@@ -8,7 +8,7 @@
 #include "coll/coll.h"
 #include "util/debug.h"
 #include "util/reduce.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 /* Avg is a Sum divided once at the end, on the finished block. */
 static ncclxResult_t finish(const struct ncclxComm* comm, const ncclxCollArgs* a) {

@@ -1,50 +1,10 @@
-/* Which algorithms exist for which collective, dispatch, and the names used in logs,
- * profiler events, NCCLX_ALGO and tuner rules files. */
+/* Which algorithms exist for which collective, and dispatch (their names: util/names.c). */
 #include "coll/coll.h"
 #include "coll/coll_hier.h"
 #include "coll/coll_ll.h"
 #include "util/debug.h"
 
 #define API __attribute__((visibility("default")))
-
-static const char* const algoNames[NCCLX_NUM_ALGOS] = {
-    [NCCLX_ALGO_RING] = "ring",
-    [NCCLX_ALGO_RECURSIVE_DOUBLING] = "recursive_doubling",
-    [NCCLX_ALGO_RABENSEIFNER] = "rabenseifner",
-    [NCCLX_ALGO_TREE] = "tree",
-    [NCCLX_ALGO_BRUCK] = "bruck",
-    [NCCLX_ALGO_PAIRWISE] = "pairwise",
-    [NCCLX_ALGO_LINEAR] = "linear",
-    [NCCLX_ALGO_HIERARCHICAL] = "hierarchical",
-};
-
-static const char* const protoNames[NCCLX_NUM_PROTOS] = {
-    [NCCLX_PROTO_SIMPLE] = "simple",
-    [NCCLX_PROTO_LL] = "ll",
-};
-
-static const char* const collNames[NCCLX_NUM_COLLS] = {
-    [NCCLX_COLL_BROADCAST] = "broadcast",         [NCCLX_COLL_REDUCE] = "reduce",
-    [NCCLX_COLL_ALLGATHER] = "allgather",         [NCCLX_COLL_REDUCESCATTER] = "reducescatter",
-    [NCCLX_COLL_ALLREDUCE] = "allreduce",         [NCCLX_COLL_ALLTOALL] = "alltoall",
-    [NCCLX_COLL_ALLTOALLV] = "alltoallv",         [NCCLX_COLL_BARRIER] = "barrier",
-};
-
-/* "unknown" rather than NULL for indices without a name: these go straight into printf. */
-API const char* ncclxAlgoName(int algo) {
-  if (algo < 0 || algo >= NCCLX_NUM_ALGOS || !algoNames[algo]) return "unknown";
-  return algoNames[algo];
-}
-
-API const char* ncclxProtoName(int proto) {
-  if (proto < 0 || proto >= NCCLX_NUM_PROTOS || !protoNames[proto]) return "unknown";
-  return protoNames[proto];
-}
-
-API const char* ncclxCollName(int coll) {
-  if (coll < 0 || coll >= NCCLX_NUM_COLLS) return "unknown";
-  return collNames[coll];
-}
 
 typedef ncclxResult_t (*collFn)(struct ncclxComm* comm, const ncclxCollArgs* a);
 

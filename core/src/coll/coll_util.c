@@ -4,7 +4,7 @@
 #include "coll/coll.h"
 #include "util/debug.h"
 #include "util/reduce.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 ncclxResult_t collSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf, size_t sendBytes,
                            int recvPeer, void* recvBuf, size_t recvBytes) {

@@ -24,8 +24,8 @@ struct ncclxPeerInfo {
   char netHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from the network's listen */
   char shmHandle[NCCLX_NET_HANDLE_MAXSIZE]; /* from shared memory's listen, if enabled */
   int shmEnabled;
-  int cpus; /* CPUs this rank's process may run on (xferHostCpus) */
-  int cmaFast; /* process_vm_readv between ranks is allowed and fast here (comm.c, cmaFastHere) */
+  int cpus; /* CPUs this rank's process may run on (hostCpus) */
+  int cmaFast; /* process_vm_readv between ranks is allowed and fast here (api/comm_lifecycle.c, cmaFastHere) */
   uint64_t modulesHash; /* the [modules] settings (module/module.h): the same on every rank */
 };
 
@@ -138,7 +138,7 @@ struct ncclxComm {
   atomic_int refs;      /* the user's handle plus queued stream operations */
   atomic_int destroyed; /* Destroy/Abort called: new calls are refused */
   uint64_t splitCount;  /* children created, for their bootstrap tag space */
-  void* splitGroups;    /* comm.c: group splits made so far, per member list (tag spaces) */
+  void* splitGroups;    /* api/comm_lifecycle.c: group splits made so far, per member list (tag spaces) */
 };
 
 #define NCCLX_COMM_MAGIC 0x6e63636c78636f6dull
@@ -160,9 +160,6 @@ ncclxResult_t commArgError(struct ncclxComm* comm, ncclxResult_t res, const char
 /* va_list forms of commFail and commArgError (feature modules' error services). */
 ncclxResult_t commFailV(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, va_list ap);
 ncclxResult_t commArgErrorV(struct ncclxComm* comm, ncclxResult_t res, const char* fmt, va_list ap);
-/* Entry check of a public call on comm and stream: a live, healthy communicator and a valid
- * stream (NULL is valid); the message is prefixed with the function name fn. */
-ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn);
 /* ncclxSuccess, or the sticky error (with lastError) if the comm failed or was aborted. */
 ncclxResult_t commCheckHealthySlow(struct ncclxComm* comm);
 /* ncclxSuccess, or the comm's earlier failure (or abort) again: asked twice per call, so the

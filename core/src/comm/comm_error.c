@@ -7,7 +7,6 @@
 
 #include "bootstrap/bootstrap.h"
 #include "comm/comm.h"
-#include "sched/stream.h"
 #include "util/debug.h"
 
 ncclxResult_t commCheckHandle(const struct ncclxComm* comm) {
@@ -102,27 +101,6 @@ ncclxResult_t commArgErrorV(struct ncclxComm* comm, ncclxResult_t res, const cha
   }
   pthread_mutex_unlock(&comm->errLock);
   return res;
-}
-
-ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
-  char why[512];
-  ncclxResult_t res = commCheckHandle(comm);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return ncclxSetError(res, "%s: %s", fn, why);
-  }
-  ncclxLogSetRank(comm->rank);
-  if (atomic_load(&comm->finalized))
-    return commArgError(comm, ncclxInvalidUsage,
-                        "%s: the communicator was finalized (ncclxCommFinalize); only ncclxCommDestroy "
-                        "or ncclxCommAbort may follow", fn);
-  NCCLX_CHECK(commCheckHealthy(comm));
-  res = streamCheckHandle(stream);
-  if (res != ncclxSuccess) {
-    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
-    return commArgError(comm, res, "%s: %s", fn, why);
-  }
-  return ncclxSuccess;
 }
 
 const char* commDescribeRank(const struct ncclxComm* comm, int rank, char* buf, size_t size) {

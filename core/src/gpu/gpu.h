@@ -9,8 +9,8 @@
 #define NCCLX_GPU_H
 
 #include "coll/coll.h"
-#include "sched/stream.h"
-#include "sched/xfer.h"
+#include "exec/stream.h"
+#include "exec/xfer.h"
 
 typedef enum { GPU_MEM_HOST = 0, GPU_MEM_DEVICE = 1, GPU_MEM_MANAGED = 2 } gpuMemKind;
 

@@ -207,21 +207,6 @@ ncclxResult_t gpuNetPlanXfers(struct ncclxComm* comm, const ncclxXfer* xfers, in
 
 /* ---- registration and the engine's lookup ---- */
 
-static _Thread_local const gpuNetReg* publishedRegs;
-static _Thread_local int publishedCount;
-
-void* gpuNetMhandle(const void* netComm, const void* p, size_t len) {
-  if (__builtin_expect(publishedCount == 0, 1)) return NULL;
-  uintptr_t a = (uintptr_t)p;
-  for (int i = 0; i < publishedCount; i++) {
-    const gpuNetReg* r = &publishedRegs[i];
-    uintptr_t base = (uintptr_t)r->base;
-    if (r->netComm == netComm && a >= base && a - base <= r->bytes && len <= r->bytes - (a - base))
-      return r->mhandle;
-  }
-  return NULL;
-}
-
 /* Connections first (regMr needs them): every peer of the step, per communicator, as
  * xferRun would connect them, so both sides progress the same handshakes. */
 static ncclxResult_t connectStep(struct ncclxComm* comm, const ncclxXfer* xfers, int n) {
@@ -272,8 +257,7 @@ ncclxResult_t gpuNetRegister(struct ncclxComm* comm, ncclxXfer* xfers, int n, gp
     p->regs[p->nRegs++] = (gpuNetReg){.netComm = netComm, .net = conn->net, .base = x->buf, .bytes = x->bytes,
                                       .mhandle = mh, .flush = !x->isSend && forceFlush && conn->net->iflush};
   }
-  publishedRegs = p->regs;
-  publishedCount = p->nRegs;
+  xferPublishRegs(p->regs, p->nRegs);
   p->active = 1;
   return ncclxSuccess;
 }
@@ -327,10 +311,7 @@ ncclxResult_t gpuNetFlush(struct ncclxComm* comm, gpuNetXfers* p) {
 }
 
 void gpuNetRelease(gpuNetXfers* p, int failed) {
-  if (p->active) {
-    publishedRegs = NULL;
-    publishedCount = 0;
-  }
+  if (p->active) xferPublishRegs(NULL, 0);
   for (int i = 0; i < p->nRegs; i++) {
     if (failed) continue; /* requests may still use it: the dying connections release it */
     if (p->regs[i].net->deregMr(p->regs[i].netComm, p->regs[i].mhandle) != ncclxSuccess)

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "comm/comm.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 /* What happens to one transfer's buffer. */
 typedef enum {
@@ -47,21 +47,14 @@ ncclxResult_t gpuNetCollCheck(struct ncclxComm* comm);
 
 /* The plan of one gpuXferRun: per transfer a gpuNetPlan, and the registrations of the
  * direct ones. */
-typedef struct {
-  void* netComm; /* sendComm or recvComm of the connection */
-  const ncclxNet_t* net;
-  char* base;
-  size_t bytes;
-  void* mhandle;
-  int flush; /* a direct receive on a device with forceFlush */
-} gpuNetReg;
+typedef xferReg gpuNetReg;
 
 typedef struct {
   unsigned char* plan; /* n entries of gpuNetPlan */
   int nDirect, nStage;
   gpuNetReg* regs;     /* nDirect entries once registered */
   int nRegs;
-  int active;          /* regs published to gpuNetMhandle on this thread */
+  int active;          /* regs published to the progress engine on this thread */
 } gpuNetXfers;
 
 /* Classify xfers[0..n). A refused transfer fails the operation (and the communicator: the
@@ -69,7 +62,7 @@ typedef struct {
 ncclxResult_t gpuNetPlanXfers(struct ncclxComm* comm, const ncclxXfer* xfers, int n, int cudaBuild,
                               gpuNetXfers* out);
 /* Connect the direct transfers' peers, register their buffers (NCCLX_PTR_CUDA) and publish
- * the registrations to gpuNetMhandle for this thread until gpuNetRelease. */
+ * the registrations to the progress engine (xferPublishRegs) until gpuNetRelease. */
 ncclxResult_t gpuNetRegister(struct ncclxComm* comm, ncclxXfer* xfers, int n, gpuNetXfers* p);
 /* After a successful xferRun: iflush every direct receive whose device asks for it
  * (forceFlush), bounded by the communicator's timeout and abort flag. */
@@ -78,10 +71,6 @@ ncclxResult_t gpuNetFlush(struct ncclxComm* comm, gpuNetXfers* p);
  * failed communicator's connections release it when they close), free the plan. */
 void gpuNetRelease(gpuNetXfers* p, int failed);
 
-/* The progress engine's hook (xfer.c): the registration covering [p, p + len) on the
- * connection netComm, published by gpuNetRegister on this thread, or NULL (host memory:
- * what the engine always passed). One thread-local test when nothing is registered. */
-void* gpuNetMhandle(const void* netComm, const void* p, size_t len);
 
 /* A failure inside an operation: fail the communicator so the peers abort instead of
  * waiting for this rank until their timeout (keeps the first cause). Returns res. */

@@ -310,6 +310,7 @@ NCCLX_API ncclxResult_t ncclxStreamFromCuda(struct CUstream_st* cudaStream, nccl
   if ((err = streamDevice(cs, &device)) != cudaSuccess)
     return gpuCudaError(err, "ncclxStreamFromCuda: device of CUDA stream %p", (void*)cs);
   pthread_once(&waitFnOnce, lookupWaitFn);
+  streamSetDestroyHook(gpuStreamForget); /* the binding goes with its stream */
 
   struct binding* b = calloc(1, sizeof(*b));
   if (!b) return ncclxSetError(ncclxSystemError, "ncclxStreamFromCuda: out of memory");

@@ -12,9 +12,11 @@
 #include "module/module.h"
 #include "plugin/plugin_loader.h"
 #include "prof/prof.h"
-#include "sched/stream.h"
-#include "sched/xfer.h"
+#include "sched/enqueue.h"
+#include "exec/stream.h"
+#include "exec/xfer.h"
 #include "transport/peers.h"
+#include "tune/tune.h"
 #include "tune/tune_model.h"
 #include "util/debug.h"
 #include "util/reduce.h"
@@ -101,7 +103,10 @@ static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncc
     ncclxCollArgs a = {.coll = op->profColl, .sendbuff = op->sendbuff, .recvbuff = op->recvbuff, .count = op->count,
                        .datatype = op->datatype, .op = op->op, .root = -1, .algo = op->profAlgo,
                        .proto = NCCLX_PROTO_SIMPLE, .chunkBytes = comm->chunkBytes};
-    ev = profCollStart(comm, &a, ctx->seq, op->stream);
+    profColl c = {.coll = (int)a.coll, .sendbuff = a.sendbuff, .recvbuff = a.recvbuff, .count = a.count,
+                  .bytes = tuneCallBytes(comm, &a), .root = -1, .datatype = a.datatype, .op = a.op, .algo = a.algo,
+                  .proto = a.proto};
+    ev = profCollStart(comm, &c, ctx->seq, op->stream);
   }
   comm->curProfEvent = ev;
   if (op->callKind != NCCLX_MODULE_NO_STEPS) {

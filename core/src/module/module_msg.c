@@ -10,8 +10,8 @@
 
 #include "comm/comm.h"
 #include "module/module.h"
-#include "sched/waitnote.h"
-#include "sched/xfer.h"
+#include "comm/waitnote.h"
+#include "exec/xfer.h"
 #include "util/debug.h"
 
 static double nowSec(void) {

@@ -18,7 +18,6 @@
 
 #include "config/config.h"
 #include "util/debug.h"
-#include "prof/prof.h"
 
 #ifndef NCCLX_PLUGIN_DIR_BUILD
 #define NCCLX_PLUGIN_DIR_BUILD ""
@@ -102,12 +101,26 @@ const char* ncclxProfilerValidate(const ncclxProfiler_t* prof) {
 
 /* ---------- environment for plugins ---------- */
 
+/* Network plugins' own profiler events go to the profiler layer (prof.c registers its entry
+ * before it starts a profiler); until then there is no profiler, and an event is a no-op. */
+static ncclxProfilerCallback_t netEventSink;
+
+void ncclxPluginSetNetProfiler(ncclxProfilerCallback_t sink) { __atomic_store_n(&netEventSink, sink, __ATOMIC_RELEASE); }
+
+static ncclxResult_t netEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData) {
+  ncclxProfilerCallback_t sink = __atomic_load_n(&netEventSink, __ATOMIC_ACQUIRE);
+  if (sink) return sink(eHandle, type, parentHandle, pluginId, extData);
+  if (eHandle == NULL) return ncclxInvalidArgument;
+  if (type == NCCLX_PROFILER_NET_START) *eHandle = NULL;
+  return ncclxSuccess;
+}
+
 void ncclxPluginEnvFill(ncclxPluginEnv_t* env, const char* section) {
   env->version = NCCLX_PLUGIN_ENV_VERSION;
   env->log = ncclxLog;
   env->config = &ncclxConfigApi;
   env->section = ncclxConfigSection(section ? section : "");
-  env->profiler = profNetEvent; /* prof.c: routes to the active profiler, a no-op without one */
+  env->profiler = netEvent;
 }
 
 /* ---------- finding and opening a shared object ---------- */
@@ -237,6 +250,7 @@ static struct {
   int refs;
   ncclxNetInstance_t inst;
   void* dl;                /* NULL for the built-in */
+  const ncclxNet_t* builtin; /* the transport layer's socket network (ncclxNetAcquire) */
   ncclxResult_t builtinErr; /* why the built-in was refused, for the final error code */
   ncclxPluginEnv_t env;    /* kept for safety only: plugin.h tells plugins to copy it */
 } netState;
@@ -249,7 +263,7 @@ static int netStart(const ncclxNet_t* net, char* why, size_t whySize) {
   void* ctx = NULL;
   ncclxClearThreadError();
   ncclxResult_t res = net->init(&ctx, &netState.env);
-  if (net == &ncclxNetSocket) netState.builtinErr = res;
+  if (net == netState.builtin) netState.builtinErr = res;
   if (res != ncclxSuccess) {
     const char* detail = ncclxThreadLastError();
     snprintf(why, whySize, "init failed with %s%s%s", resultName(res), detail[0] ? ": " : "", detail);
@@ -276,7 +290,7 @@ static int netTry(const char* name, int* triedBuiltin) {
   char why[REASON_MAX], path[PATH_MAX];
   if (strcasecmp(name, BUILTIN_NET_NAME) == 0) {
     *triedBuiltin = 1;
-    if (netStart(&ncclxNetSocket, why, sizeof(why))) {
+    if (netStart(netState.builtin, why, sizeof(why))) {
       INFO(NCCLX_LOG_PLUGIN | NCCLX_LOG_NET, "net: using the built-in socket network, %d device(s)",
            netState.inst.ndev);
       return 1;
@@ -302,10 +316,12 @@ static int netTry(const char* name, int* triedBuiltin) {
   return 0;
 }
 
-ncclxResult_t ncclxNetAcquire(ncclxNetInstance_t* out) {
-  if (out == NULL) return ncclxSetError(ncclxInvalidArgument, "ncclxNetAcquire: out is NULL");
+ncclxResult_t ncclxNetAcquire(const ncclxNet_t* builtin, ncclxNetInstance_t* out) {
+  if (out == NULL || builtin == NULL)
+    return ncclxSetError(ncclxInvalidArgument, "ncclxNetAcquire: %s is NULL", out ? "builtin" : "out");
   NCCLX_CHECK(ncclxConfigLoad());
   pthread_mutex_lock(&loaderLock);
+  netState.builtin = builtin;
   if (netState.refs > 0) {
     netState.refs++;
     *out = netState.inst;

@@ -17,7 +17,7 @@ typedef struct {
   void* ctx;
   int ndev;
 } ncclxNetInstance_t;
-ncclxResult_t ncclxNetAcquire(ncclxNetInstance_t* out);
+ncclxResult_t ncclxNetAcquire(const ncclxNet_t* builtin, ncclxNetInstance_t* out);
 void ncclxNetRelease(void);
 
 /* Tuner and profiler: *out = NULL when none is configured or it was refused. */
@@ -36,12 +36,12 @@ void* ncclxPluginOpen(const char* type, const char* name, char* path, size_t pat
 
 /* Environment handed to a plugin's init for its section ("net.ofi", "tuner.rules", ...). */
 void ncclxPluginEnvFill(ncclxPluginEnv_t* env, const char* section);
+/* Where the env's profiler callback sends network plugins' events (the profiler layer's
+ * entry, prof.c); without one they are no-ops. */
+void ncclxPluginSetNetProfiler(ncclxProfilerCallback_t sink);
 
 /* Validation shared with tools/ncclx-net-check: NULL when fine, else why it is refused. */
 const char* ncclxNetValidate(const ncclxNet_t* net);
 const char* ncclxTunerValidate(const ncclxTuner_t* tuner);
 const char* ncclxProfilerValidate(const ncclxProfiler_t* prof);
-
-/* The built-in socket network (core/src/net_socket.c). */
-extern const ncclxNet_v1_t ncclxNetSocket;
 #endif

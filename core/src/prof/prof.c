@@ -7,7 +7,7 @@
 
 #include "util/debug.h"
 #include "plugin/plugin_loader.h"
-#include "tune/tune.h"
+#include "util/names.h"
 
 int ncclxProfilerMask;
 _Thread_local struct ncclxComm* profNetComm;
@@ -20,6 +20,7 @@ static int netProfilerUsers;
 void profCommInit(struct ncclxComm* comm) {
   const ncclxProfiler_t* prof = NULL;
   if (ncclxProfilerAcquire(&prof) != ncclxSuccess || !prof) return;
+  ncclxPluginSetNetProfiler(profNetEvent);
   char section[96];
   snprintf(section, sizeof(section), "profiler.%s", prof->name);
   ncclxPluginEnv_t env;
@@ -76,7 +77,7 @@ static inline const char* memoName(const char** table, int v, const char* (*look
 static const char* typeName(int v) { return ncclxTypeName((ncclxDataType_t)v); }
 static const char* opName(int v) { return ncclxOpName((ncclxRedOp_t)v); }
 
-void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* a, uint64_t seq, void* stream) {
+void* profCollStart(struct ncclxComm* comm, const profColl* a, uint64_t seq, void* stream) {
   /* Field by field, not `= {...}`: zeroing the whole descriptor first compiles to a
    * `rep stos` that costs more than everything else here. Every field is set. */
   ncclxProfilerEventDescr_v1_t d;
@@ -88,7 +89,7 @@ void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* a, uint64_t seq
   d.coll.sendbuff = a->sendbuff;
   d.coll.recvbuff = a->recvbuff;
   d.coll.count = a->count;
-  d.coll.bytes = tuneCallBytes(comm, a);
+  d.coll.bytes = a->bytes;
   d.coll.root = a->root;
   d.coll.datatype = memoName(typeNames, (int)a->datatype, typeName);
   d.coll.op = memoName(opNames, (int)a->op, opName);
@@ -108,7 +109,7 @@ void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
   d.p2p.func = isSend ? "Send" : "Recv";
   d.p2p.buff = buff;
   d.p2p.count = count;
-  d.p2p.bytes = count * ncclxTypeSize(type);
+  d.p2p.bytes = count * dataTypeSize(type);
   d.p2p.datatype = memoName(typeNames, (int)type, typeName);
   d.p2p.peer = peer;
   return profStart(comm, &d);

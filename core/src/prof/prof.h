@@ -18,7 +18,7 @@ extern int ncclxProfilerMask;
 ncclxResult_t profNetEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData);
 
 #ifndef PROF_NET_ONLY
-#include "coll/coll.h"
+#include "comm/comm.h"
 
 void profCommInit(struct ncclxComm* comm);
 void profCommFinalize(struct ncclxComm* comm);
@@ -29,7 +29,19 @@ static inline int profEnabled(const struct ncclxComm* comm, int type) {
 }
 /* Returns the event handle or NULL. profStart: any descriptor (a module's own operations). */
 void* profStart(struct ncclxComm* comm, const ncclxProfilerEventDescr_v1_t* d);
-void* profCollStart(struct ncclxComm* comm, const ncclxCollArgs* args, uint64_t seq, void* stream);
+/* A collective's COLL event, as its caller (which knows the collective) describes it. */
+typedef struct {
+  int coll;  /* ncclxCollType_t */
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  size_t bytes; /* this rank's bytes of the call (tuneCallBytes) */
+  int root;
+  ncclxDataType_t datatype;
+  ncclxRedOp_t op;
+  int algo, proto;
+} profColl;
+void* profCollStart(struct ncclxComm* comm, const profColl* c, uint64_t seq, void* stream);
 void* profP2pStart(struct ncclxComm* comm, int isSend, void* buff, size_t count,
                    ncclxDataType_t type, int peer, uint64_t seq);
 static inline void profStop(struct ncclxComm* comm, void* handle) {

@@ -9,12 +9,13 @@
 #include "comm/comm.h"
 #include "util/debug.h"
 #include "gpu/gpu.h"
+#include "sched/enqueue.h"
 #include "sched/mismatch.h"
 #include "transport/shm/net_shm.h"
 #include "prof/prof.h"
-#include "sched/stream.h"
+#include "exec/stream.h"
 #include "tune/tune.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -59,7 +60,7 @@ static ncclxResult_t checkCount(struct ncclxComm* comm, size_t count, size_t mul
                                 ncclxDataType_t t, const char* fn) {
   size_t elems, bytes;
   if (__builtin_mul_overflow(count, mult, &elems) ||
-      __builtin_mul_overflow(elems, collTypeSize(t), &bytes) || bytes > SIZE_MAX / 2)
+      __builtin_mul_overflow(elems, dataTypeSize(t), &bytes) || bytes > SIZE_MAX / 2)
     return commArgError(comm, ncclxInvalidArgument, "%s: count %zu is too large", fn, count);
   return ncclxSuccess;
 }
@@ -85,7 +86,7 @@ static inline ncclxResult_t checkBuffers(struct ncclxComm* comm, const char* fn,
 /* All-reduce, all-gather, reduce-scatter: buffers that overlap must be NCCL's in-place form
  * exactly (docs/api.md); any other overlap would have the call read what it already wrote. */
 static ncclxResult_t checkInPlace(struct ncclxComm* comm, const ncclxCollArgs* a, const char* fn) {
-  size_t blk = a->count * collTypeSize(a->datatype), n = (size_t)comm->nranks, sendBytes = blk, recvBytes = blk;
+  size_t blk = a->count * dataTypeSize(a->datatype), n = (size_t)comm->nranks, sendBytes = blk, recvBytes = blk;
   uintptr_t send = (uintptr_t)a->sendbuff, recv = (uintptr_t)a->recvbuff, own = (size_t)comm->rank * blk;
   int inPlace = send == recv; /* addresses as integers: recv - own may lie outside any object */
   const char* form = "sendbuff == recvbuff";
@@ -154,6 +155,14 @@ static ncclxResult_t validateColl(struct ncclxComm* comm, ncclxCollArgs* a) {
 
 /* ---------------- execution ---------------- */
 
+/* The profiler's COLL event of a collective (only built when a profiler wants it). */
+static void* profCollOf(struct ncclxComm* comm, const ncclxCollArgs* a, uint64_t seq, void* stream) {
+  profColl c = {.coll = (int)a->coll, .sendbuff = a->sendbuff, .recvbuff = a->recvbuff, .count = a->count,
+                .bytes = tuneCallBytes(comm, a), .root = a->root, .datatype = a->datatype, .op = a->op,
+                .algo = a->algo, .proto = a->proto};
+  return profCollStart(comm, &c, seq, stream);
+}
+
 static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclxStream_t stream) {
   ncclxLogSetRank(comm->rank);
   int ref = commExecLock(comm);
@@ -173,7 +182,7 @@ static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclx
          comm->nranks, ncclxAlgoName(coll->algo), ncclxProtoName(coll->proto));
     /* STEP and NET events need their operation as parent: emit it for them too. */
     void* ev = profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP | NCCLX_PROFILE_NET)
-                   ? profCollStart(comm, coll, seq, stream)
+                   ? profCollOf(comm, coll, seq, stream)
                    : NULL;
     comm->curProfEvent = ev;
     /* Only with net events on: a thread-local costs a call in a shared library. */
@@ -189,7 +198,7 @@ static ncclxResult_t execColl(struct ncclxComm* comm, ncclxCollArgs* coll, ncclx
       /* Messages carry the call: all-to-all-v's sizes differ per peer, so each its own. */
       xferSetCall(comm, XFER_SIG_COLL + (int)coll->coll,
                   coll->coll == NCCLX_COLL_ALLTOALLV ? XFER_SIG_PER_TRANSFER
-                                                     : coll->count * collTypeSize(coll->datatype));
+                                                     : coll->count * dataTypeSize(coll->datatype));
       res = gpuCollRun(comm, coll);
       xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER);
       comm->chunkBytes = defaultChunk;
@@ -334,25 +343,46 @@ static ncclxResult_t enqueueList(ncclxStream_t stream, struct ncclxOp* ops) {
   return gpuStreamEnqueue(stream, &t->task);
 }
 
+/* ---------------- the entry check ---------------- */
+
+ncclxResult_t commCheckCall(struct ncclxComm* comm, ncclxStream_t stream, const char* fn) {
+  char why[512];
+  ncclxResult_t res = commCheckHandle(comm);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return ncclxSetError(res, "%s: %s", fn, why);
+  }
+  ncclxLogSetRank(comm->rank);
+  if (atomic_load(&comm->finalized))
+    return commArgError(comm, ncclxInvalidUsage,
+                        "%s: the communicator was finalized (ncclxCommFinalize); only ncclxCommDestroy "
+                        "or ncclxCommAbort may follow", fn);
+  NCCLX_CHECK(commCheckHealthy(comm));
+  res = streamCheckHandle(stream);
+  if (res != ncclxSuccess) {
+    snprintf(why, sizeof(why), "%s", ncclxThreadLastError());
+    return commArgError(comm, res, "%s: %s", fn, why);
+  }
+  return ncclxSuccess;
+}
+
 /* ---------------- groups ---------------- */
 
-/* Every call reads groupDepth: TLS descriptors keep that cheap (core/CMakeLists.txt). */
-static _Thread_local int groupDepth;
 static _Thread_local struct ncclxOp* groupHead;
 static _Thread_local struct ncclxOp* groupTail;
 
-/* alltoallv_dynamic.c refuses grouped dynamic calls. */
-int enqueueGroupDepth(void) { return groupDepth; }
+/* Feature modules refuse some calls inside a group (the module ABI's inGroup). */
+int enqueueGroupDepth(void) { return threadGroupDepth; }
 
 API ncclxResult_t ncclxGroupStart(void) {
-  groupDepth++;
+  threadGroupDepth++;
   return ncclxSuccess;
 }
 
 API ncclxResult_t ncclxGroupEnd(void) {
-  if (groupDepth == 0)
+  if (threadGroupDepth == 0)
     return ncclxSetError(ncclxInvalidUsage, "ncclxGroupEnd called without a matching ncclxGroupStart");
-  if (--groupDepth > 0) return ncclxSuccess;
+  if (--threadGroupDepth > 0) return ncclxSuccess;
   struct ncclxOp* ops = groupHead;
   groupHead = groupTail = NULL;
   ncclxResult_t first = ncclxSuccess;
@@ -383,7 +413,7 @@ API ncclxResult_t ncclxGroupEnd(void) {
 /* ---------------- submission ---------------- */
 
 static ncclxResult_t submit(struct ncclxOp* tmpl) {
-  if (groupDepth == 0 && !tmpl->stream) {
+  if (threadGroupDepth == 0 && !tmpl->stream) {
     /* Runs now on the calling thread: the caller's copy serves, no allocation, and no
      * reference unless it waits for a lock (see submitColl). */
     tmpl->next = NULL;
@@ -399,7 +429,7 @@ static ncclxResult_t submit(struct ncclxOp* tmpl) {
   *op = *tmpl;
   op->next = NULL;
   commRetain(op->comm);
-  if (groupDepth > 0) {
+  if (threadGroupDepth > 0) {
     if (groupTail) groupTail->next = op;
     else groupHead = op;
     groupTail = op;
@@ -414,7 +444,7 @@ static ncclxResult_t submit(struct ncclxOp* tmpl) {
 static ncclxResult_t submitColl(struct ncclxComm* comm, ncclxStream_t stream, ncclxCollArgs* a) {
   NCCLX_CHECK(commCheckCall(comm, stream, collFuncName(a->coll)));
   NCCLX_CHECK(validateColl(comm, a));
-  if (groupDepth == 0 && !stream) {
+  if (threadGroupDepth == 0 && !stream) {
     /* Runs now on the calling thread, straight from the caller's arguments: no op to fill
      * and copy (a 160-byte zero fill and a copy per small call), and alltoallv's arrays
      * stay valid for the whole call without a copy. No reference is taken unless the

@@ -20,10 +20,10 @@
 
 #include "config/config.h"
 #include "util/debug.h"
+#include "util/host.h"
 #include "transport/shm/net_shm.h"
 #include "transport/transport.h"
-#include "sched/waitnote.h"
-#include "sched/xfer.h"
+#include "comm/waitnote.h"
 
 #define HELLO_MAGIC 0x6e63636c7868656cull
 
@@ -179,11 +179,11 @@ int peersOpenCount(const struct ncclxComm* comm) {
  * collective, mostly ahead at 4, ahead or even at 8 (broadcast up to 2x); at 16 ranks even.
  * Beyond, a receiver that pulls alone (the sender needs no CPU) should win. Where every rank
  * has a CPU and process_vm_readv is fast on every rank's host (comm->cmaFastAll), one copy
- * wins (comm.c, cmaFastHere); with ranks sharing CPUs it was mixed even there (an Intel host, 4
+ * wins (api/comm_lifecycle.c, cmaFastHere); with ranks sharing CPUs it was mixed even there (an Intel host, 4
  * ranks: all-reduce 256 KiB 141 us against 104, reduce-scatter 256 KiB 63 against 97). */
 static int shmPreferCopy(const struct ncclxComm* comm) {
   if (commRanksOwnCpus(comm) && comm->cmaFastAll) return 0;
-  return comm->ranksPerHostMax <= 4 * xferHostCpus();
+  return comm->ranksPerHostMax <= 4 * hostCpus();
 }
 
 /* One step of every pending connect; returns progress made (0/1). */

@@ -50,7 +50,7 @@ static ncclxResult_t maxMessage(struct ncclxTransport* tp, size_t* out) {
 
 ncclxResult_t transportsOpen(struct ncclxComm* comm) {
   ncclxNetInstance_t inst;
-  NCCLX_CHECK(ncclxNetAcquire(&inst));
+  NCCLX_CHECK(ncclxNetAcquire(&ncclxNetSocket, &inst));
   struct ncclxTransport* net = &comm->tp[NCCLX_TP_NET];
   net->net = inst.net;
   net->ctx = inst.ctx;

@@ -4,6 +4,7 @@
 #define NCCLX_TRANSPORT_H
 
 #include "comm/comm.h"
+#include "transport/socket/net_socket.h"
 
 /* Acquire the network (and shared memory unless [core] shm = false), pick the device. */
 ncclxResult_t transportsOpen(struct ncclxComm* comm);

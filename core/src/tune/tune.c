@@ -17,7 +17,7 @@
 #include "util/reduce.h"
 #include "transport/transport.h"
 #include "tune/tune_model.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 /* ---------------- NCCLX_ALGO override ---------------- */
 
@@ -66,7 +66,7 @@ static void parseOverride(void) {
 /* ---------------- cost model ---------------- */
 
 size_t tuneCallBytes(const struct ncclxComm* comm, const ncclxCollArgs* a) {
-  size_t elem = collTypeSize(a->datatype);
+  size_t elem = dataTypeSize(a->datatype);
   switch (a->coll) {
     case NCCLX_COLL_ALLGATHER:
     case NCCLX_COLL_REDUCESCATTER:

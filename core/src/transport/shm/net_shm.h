@@ -112,7 +112,7 @@ long long ncclxShmCommMappedMessages(void* comm);
 int ncclxShmCommMode(void* comm);
 
 /* This host's process_vm_readv and memcpy speeds (GB/s), measured once per process on 1 MiB
- * of ordinary memory: 0, or -1 when process_vm_readv does not work here (comm.c decides). */
+ * of ordinary memory: 0, or -1 when process_vm_readv does not work here (api/comm_lifecycle.c decides). */
 int ncclxShmCmaSpeed(double* cmaGBps, double* copyGBps);
 
 /* The core's choice for a sendComm under single_copy = auto: prefer != 0 sends large messages

@@ -53,7 +53,7 @@
 
 #include "ncclx/net.h"
 #ifndef NCCLX_NET_SOCKET_STANDALONE
-#include "plugin/plugin_loader.h" /* only for the declaration of ncclxNetSocket */
+#include "transport/socket/net_socket.h"
 #endif
 
 #ifdef NCCLX_NET_SOCKET_STANDALONE

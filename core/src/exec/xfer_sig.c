@@ -2,8 +2,7 @@
  * the kinds of call, and their bytes per rank. Only failures come here. */
 #include <stdio.h>
 
-#include "coll/coll.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 
 static const char* _Atomic moduleKindNames[NCCLX_MODULE_CALL_KINDS];

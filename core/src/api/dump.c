@@ -7,7 +7,7 @@
 #include "comm/comm.h"
 #include "util/debug.h"
 #include "transport/transport.h"
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 #define API __attribute__((visibility("default")))
 

@@ -12,15 +12,16 @@
 #include "coll/coll_ll.h"
 #include "config/config.h"
 #include "util/debug.h"
+#include "util/host.h"
 #include "transport/shm/net_shm.h"
 #include "transport/peers.h"
-#include "sched/stream.h"
+#include "exec/stream.h"
 #include "prof/prof.h"
 #include "transport/transport.h"
 #include "tune/tune.h"
 #include "module/module.h"
-#include "sched/waitnote.h"
-#include "sched/xfer.h"
+#include "comm/waitnote.h"
+#include "exec/xfer.h"
 
 #define API __attribute__((visibility("default")))
 
@@ -28,17 +29,6 @@
 #define TAG_PEERINFO 0x1001u
 #define TAG_INIT_BARRIER 0x1002u
 #define TAG_SPLIT 0x1003u
-
-void* commScratch(struct ncclxComm* comm, size_t bytes) {
-  if (bytes <= comm->scratchSize) return comm->scratch;
-  size_t size = bytes < 4096 ? 4096 : bytes;
-  void* p = NULL;
-  if (posix_memalign(&p, 64, size) != 0) return NULL;
-  free(comm->scratch);
-  comm->scratch = p;
-  comm->scratchSize = size;
-  return p;
-}
 
 /* How many group splits of one member list this rank made: members call ncclxCommSplitGroup
  * in the same order, so (list, occurrence) names the child identically on all of them. */
@@ -55,31 +45,6 @@ static void splitGroupsFree(struct ncclxComm* comm) {
     g = next;
   }
   comm->splitGroups = NULL;
-}
-
-void commRetain(struct ncclxComm* comm) { atomic_fetch_add(&comm->refs, 1); }
-
-void commRelease(struct ncclxComm* comm) {
-  if (atomic_fetch_sub(&comm->refs, 1) != 1) return;
-  pthread_mutex_destroy(&comm->connLock);
-  pthread_mutex_destroy(&comm->execLock);
-  pthread_mutex_destroy(&comm->errLock);
-  pthread_mutex_destroy(&comm->liveLock);
-  splitGroupsFree(comm);
-  comm->magic = 0;
-  free(comm);
-}
-
-int commExecLock(struct ncclxComm* comm) {
-  if (pthread_mutex_trylock(&comm->execLock) == 0) return 0;
-  commRetain(comm);
-  pthread_mutex_lock(&comm->execLock);
-  return 1;
-}
-
-void commExecUnlock(struct ncclxComm* comm, int ref) {
-  pthread_mutex_unlock(&comm->execLock);
-  if (ref) commRelease(comm);
 }
 
 /* ---------------- init ---------------- */
@@ -159,6 +124,7 @@ static struct ncclxComm* commAlloc(int rank, int nranks) {
 }
 
 static void commFreeResources(struct ncclxComm* comm) {
+  splitGroupsFree(comm);
   waitNoteFree(comm);
   peersClose(comm);
   tuneCommFinalize(comm);
@@ -246,7 +212,7 @@ static ncclxResult_t commPrepare(struct ncclxComm* comm, struct ncclxComm* paren
   struct ncclxPeerInfo* me = &comm->peerInfo[comm->rank];
   me->rank = comm->rank;
   me->pid = (int)getpid();
-  me->cpus = xferHostCpus();
+  me->cpus = hostCpus();
   snprintf(me->hostname, sizeof(me->hostname), "%s", bootstrapHostname());
   me->hostHash = hostIdentity(me->hostname);
   NCCLX_CHECK(parent ? peersListenShared(comm, parent) : peersListen(comm));

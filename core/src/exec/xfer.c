@@ -1,6 +1,6 @@
 /* The progress engine: post every transfer of a step, drive them all to completion, and
  * turn a dead peer, a wrong size, a timeout or an abort into one clear error. */
-#include "sched/xfer.h"
+#include "exec/xfer.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -12,13 +12,36 @@
 #include <unistd.h>
 
 #include "util/debug.h"
+#include "util/host.h"
 #include "transport/shm/net_shm.h"
-#include "gpu/gpu_net.h"
 #include "transport/peers.h"
 #include "prof/prof.h"
 #include "util/reduce.h"
 #include "transport/transport.h"
-#include "sched/waitnote.h"
+#include "comm/waitnote.h"
+
+/* ---------------- registered memory of the running operation ---------------- */
+
+static _Thread_local const xferReg* publishedRegs;
+static _Thread_local int publishedCount;
+
+void xferPublishRegs(const xferReg* regs, int n) {
+  publishedRegs = regs;
+  publishedCount = n;
+}
+
+/* One thread-local test when nothing is registered (host memory). */
+static inline void* xferMhandle(const void* netComm, const void* p, size_t len) {
+  if (__builtin_expect(publishedCount == 0, 1)) return NULL;
+  uintptr_t a = (uintptr_t)p;
+  for (int i = 0; i < publishedCount; i++) {
+    const xferReg* r = &publishedRegs[i];
+    uintptr_t base = (uintptr_t)r->base;
+    if (r->netComm == netComm && a >= base && a - base <= r->bytes && len <= r->bytes - (a - base))
+      return r->mhandle;
+  }
+  return NULL;
+}
 
 #define XFER_STACK_STATES 64 /* pollfds of one sleep */
 
@@ -211,7 +234,7 @@ static ncclxResult_t xferPost(ncclxXfer* x, struct xferState* s, int n, int i, i
     void* phandle = s[i].event;
     /* Device memory a plugin reads directly was registered (NCCLX_PTR_CUDA) by gpu_net.c;
      * host memory: NULL. */
-    void* mh = gpuNetMhandle(x[i].isSend ? c->sendComm : c->recvComm, ptr, len);
+    void* mh = xferMhandle(x[i].isSend ? c->sendComm : c->recvComm, ptr, len);
     int tag = s[i].tag;
     if (x[i].isSend) {
       if (net == &ncclxNetShm) ncclxShmSendKind(c->sendComm, comm->xferSendKind);
@@ -391,26 +414,8 @@ static ncclxResult_t xferCheckStuck(ncclxXfer* x, struct xferState* s, int n,
 #define XFER_YIELDS 200u      /* then sleep in poll(), but not before: */
 #define XFER_YIELD_SEC 200e-6 /* ... this long without progress */
 
-int xferHostCpus(void) {
-  static atomic_int cpus; /* CPUs the host's ranks may run on, counted once */
-  int c = atomic_load_explicit(&cpus, memory_order_relaxed);
-  if (c == 0) {
-    /* A process bound to a single CPU was pinned by its launcher (mpirun --bind-to core,
-     * ncclx-perf -np), one or more ranks per CPU: count the host's CPUs then. Counting its
-     * own mask made every pinned rank think it was oversubscribed and yield after 4 polls
-     * (146k sched_yield calls in 200k 8-byte allreduces at 2 ranks: 0.64 us instead of
-     * 0.37 us). A mask of several CPUs is the job's share of the host. */
-    cpu_set_t set;
-    c = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (c <= 1) c = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (c <= 0) c = 1;
-    atomic_store_explicit(&cpus, c, memory_order_relaxed);
-  }
-  return c;
-}
-
 unsigned xferSpinPolls(const struct ncclxComm* comm) {
-  return comm->ranksPerHostMax > xferHostCpus() ? XFER_SPIN_OVERSUBSCRIBED : XFER_SPIN_POLLS;
+  return comm->ranksPerHostMax > hostCpus() ? XFER_SPIN_OVERSUBSCRIBED : XFER_SPIN_POLLS;
 }
 
 /* ---------------- runs: start, test, wait, end ---------------- */

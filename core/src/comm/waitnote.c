@@ -1,5 +1,5 @@
 /* Wait notes (see waitnote.h). */
-#include "sched/waitnote.h"
+#include "comm/waitnote.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "util/debug.h"
-#include "sched/xfer.h"
+#include "comm/call_sig.h"
 
 #define WAIT_NOTE_MAGIC 0x4e58574eu /* "NXWN" */
 #define WAIT_NOTE_AFTER_SEC 1.0     /* waited this long: tell the peers (a quarter of a shorter timeout) */

@@ -1,4 +1,4 @@
-/* CPU streams and events.
+/* CPU streams (events: event.c).
  *
  * A stream is a FIFO of ncclxTask run in order, one at a time, by its worker thread, which
  * sleeps on a condition variable when the queue is empty. A thread in ncclxStreamSynchronize
@@ -6,18 +6,14 @@
  * just before a synchronize runs on the synchronizing thread with no hand-off to the worker
  * and back (two thread wake-ups, tens of microseconds on a busy host). Tasks still run one at
  * a time in queue order, whichever thread runs them; "runs on this stream" is a thread-local
- * mark (runningOn), not a thread identity. An event record is a "mark" task queued on a
- * stream: the event is complete when the stream reaches it. Waiters hold a reference to the
- * mark they wait for (not to the event), so re-recording or destroying the event never
- * disturbs them, and a mark that is freed without running completes anyway, so no waiter
- * can hang on it.
+ * mark (runningOn), not a thread identity.
  *
  * Handles are validated against a registry of live objects rather than only by reading a
  * magic field: a destroyed handle points at freed memory, which must not be read. The
  * registry lock (read side) is held while a handle is in use, so a concurrent destroy
  * cannot free it under us. Lock order: registry -> stream or event -> mark.
  */
-#include "sched/stream.h"
+#include "exec/stream_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -30,25 +26,14 @@
 #include <time.h>
 
 #include "util/debug.h"
-#include "gpu/gpu.h"
 
 #define NCCLX_API __attribute__((visibility("default")))
 
 #define STREAM_MAGIC 0x6e63636c78737472ull /* "ncclxstr" */
-#define EVENT_MAGIC 0x6e63636c78657674ull  /* "ncclxevt" */
-#define DEAD_MAGIC 0xdeadbeefdeadbeefull
-/* Waits have no timeout (user work may legitimately be long), but a long one says so. */
-#define WAIT_REPORT_SEC 60
 #define ERROR_TEXT_MAX 1024
 /* How long a synchronize polls (yielding) for the worker's current task to end before it
  * sleeps; when it ends in time the synchronize runs the rest of the queue itself. */
 #define TAKEOVER_SPIN_US 30.0
-
-/* Common head of registered objects. */
-struct liveHandle {
-  uint64_t magic;
-  struct liveHandle* next;
-};
 
 struct ncclxStream {
   struct liveHandle live;
@@ -68,29 +53,12 @@ struct ncclxStream {
   char errorText[ERROR_TEXT_MAX];
 };
 
-/* One record of an event. Reference-counted: the event's latest record, its queued marker
- * task and every waiter each hold one. */
-struct eventMark {
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int done;
-  int refs;
-  const struct ncclxStream* recorder; /* the stream the mark is queued on */
-};
-
-struct ncclxEvent {
-  struct liveHandle live;
-  pthread_mutex_t lock;
-  struct eventMark* latest; /* NULL: never recorded or recorded on NULL stream: complete */
-};
-
-static pthread_rwlock_t registryLock = PTHREAD_RWLOCK_INITIALIZER;
+pthread_rwlock_t registryLock = PTHREAD_RWLOCK_INITIALIZER;
 static struct liveHandle* liveStreams;
-static struct liveHandle* liveEvents;
 
 /* The stream whose task this thread is running (the worker's own, or the one a synchronize
  * is running inline), NULL when none: what "called from a task on this stream" means. */
-static _Thread_local const struct ncclxStream* runningOn;
+_Thread_local const struct ncclxStream* runningOn;
 
 static pthread_once_t condAttrOnce = PTHREAD_ONCE_INIT;
 static pthread_condattr_t monotonicCondAttr;
@@ -102,19 +70,19 @@ static void condAttrInit(void) {
 
 /* Condition variables here use the monotonic clock so wall-clock jumps do not disturb the
  * periodic "still waiting" reports. */
-static int condInitMonotonic(pthread_cond_t* cond) {
+int condInitMonotonic(pthread_cond_t* cond) {
   pthread_once(&condAttrOnce, condAttrInit);
   return pthread_cond_init(cond, &monotonicCondAttr);
 }
 
 /* ---- registry (callers hold registryLock) ---- */
 
-static void registryAdd(struct liveHandle** list, struct liveHandle* h) {
+void registryAdd(struct liveHandle** list, struct liveHandle* h) {
   h->next = *list;
   *list = h;
 }
 
-static int registryRemove(struct liveHandle** list, const struct liveHandle* h) {
+int registryRemove(struct liveHandle** list, const struct liveHandle* h) {
   for (struct liveHandle** p = list; *p; p = &(*p)->next) {
     if (*p == h) {
       *p = h->next;
@@ -125,31 +93,21 @@ static int registryRemove(struct liveHandle** list, const struct liveHandle* h) 
 }
 
 /* Compares pointers first so a garbage handle is never dereferenced. */
-static struct liveHandle* registryFind(struct liveHandle* list, const void* handle,
+struct liveHandle* registryFind(struct liveHandle* list, const void* handle,
                                        uint64_t magic) {
   for (struct liveHandle* h = list; h; h = h->next)
     if ((const void*)h == handle) return h->magic == magic ? h : NULL;
   return NULL;
 }
 
-static struct ncclxStream* findStream(ncclxStream_t stream) {
+struct ncclxStream* findStream(ncclxStream_t stream) {
   return (struct ncclxStream*)registryFind(liveStreams, stream, STREAM_MAGIC);
 }
 
-static struct ncclxEvent* findEvent(ncclxEvent_t event) {
-  return (struct ncclxEvent*)registryFind(liveEvents, event, EVENT_MAGIC);
-}
-
-static ncclxResult_t badStream(const char* caller, const void* stream) {
+ncclxResult_t badStream(const char* caller, const void* stream) {
   return ncclxSetError(ncclxInvalidArgument,
                        "%s: stream %p is not a live ncclx stream (destroyed or never created)",
                        caller, stream);
-}
-
-static ncclxResult_t badEvent(const char* caller, const void* event) {
-  return ncclxSetError(ncclxInvalidArgument,
-                       "%s: event %p is not a live ncclx event (destroyed or never created)",
-                       caller, event);
 }
 
 /* ---- waiting ---- */
@@ -160,20 +118,14 @@ static double monoUs(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-struct waitReport {
-  struct timespec start;
-  const char* what;
-  const void* object;
-};
-
-static void waitReportInit(struct waitReport* w, const char* what, const void* object) {
+void waitReportInit(struct waitReport* w, const char* what, const void* object) {
   clock_gettime(CLOCK_MONOTONIC, &w->start);
   w->what = what;
   w->object = object;
 }
 
 /* One bounded step of an unbounded wait: the caller loops on its own predicate. */
-static void condWaitReporting(pthread_cond_t* cond, pthread_mutex_t* lock, struct waitReport* w) {
+void condWaitReporting(pthread_cond_t* cond, pthread_mutex_t* lock, struct waitReport* w) {
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += WAIT_REPORT_SEC;
@@ -185,115 +137,7 @@ static void condWaitReporting(pthread_cond_t* cond, pthread_mutex_t* lock, struc
   }
 }
 
-/* ---- event marks ---- */
-
-static struct eventMark* markCreate(int refs) {
-  struct eventMark* m = calloc(1, sizeof(*m));
-  if (!m) return NULL;
-  if (pthread_mutex_init(&m->lock, NULL) != 0) {
-    free(m);
-    return NULL;
-  }
-  if (condInitMonotonic(&m->cond) != 0) {
-    pthread_mutex_destroy(&m->lock);
-    free(m);
-    return NULL;
-  }
-  m->refs = refs;
-  return m;
-}
-
-static void markRetain(struct eventMark* m) {
-  pthread_mutex_lock(&m->lock);
-  m->refs++;
-  pthread_mutex_unlock(&m->lock);
-}
-
-/* The count is under the mutex (not an atomic) so the last holder's free is ordered after
- * every other holder's use in a way race checkers such as helgrind can see. */
-static void markRelease(struct eventMark* m) {
-  if (!m) return;
-  pthread_mutex_lock(&m->lock);
-  int last = --m->refs == 0;
-  pthread_mutex_unlock(&m->lock);
-  if (!last) return;
-  pthread_cond_destroy(&m->cond);
-  pthread_mutex_destroy(&m->lock);
-  free(m);
-}
-
-static void markComplete(struct eventMark* m) {
-  pthread_mutex_lock(&m->lock);
-  m->done = 1;
-  pthread_cond_broadcast(&m->cond);
-  pthread_mutex_unlock(&m->lock);
-}
-
-static int markIsDone(struct eventMark* m) {
-  pthread_mutex_lock(&m->lock);
-  int done = m->done;
-  pthread_mutex_unlock(&m->lock);
-  return done;
-}
-
-/* A task of the stream a mark is queued on must not wait for it: it would wait for itself. */
-static ncclxResult_t markCheckNotSelf(struct eventMark* m, const char* caller, const void* event) {
-  if (m->recorder != runningOn || !runningOn || markIsDone(m)) return ncclxSuccess;
-  return ncclxSetError(ncclxInvalidUsage,
-                       "%s: event %p is recorded later on the stream running this task "
-                       "(it would wait for itself)", caller, event);
-}
-
-static void markWait(struct eventMark* m, const char* what, const void* object) {
-  struct waitReport w;
-  waitReportInit(&w, what, object);
-  pthread_mutex_lock(&m->lock);
-  while (!m->done) condWaitReporting(&m->cond, &m->lock, &w);
-  pthread_mutex_unlock(&m->lock);
-}
-
-/* ---- tasks built here ---- */
-
-struct markTask {
-  ncclxTask base;
-  struct eventMark* mark;
-  const void* event; /* for messages only */
-};
-
-static ncclxResult_t recordRun(ncclxTask* t) {
-  markComplete(((struct markTask*)t)->mark);
-  return ncclxSuccess;
-}
-
-/* Completes the mark even if the task never ran, so waiters cannot hang on it. */
-static void recordRelease(ncclxTask* t) {
-  struct markTask* mt = (struct markTask*)t;
-  markComplete(mt->mark);
-  markRelease(mt->mark);
-  free(mt);
-}
-
-static ncclxResult_t waitRun(ncclxTask* t) {
-  struct markTask* mt = (struct markTask*)t;
-  markWait(mt->mark, "stream waiting on event", mt->event);
-  return ncclxSuccess;
-}
-
-static void waitRelease(ncclxTask* t) {
-  struct markTask* mt = (struct markTask*)t;
-  markRelease(mt->mark);
-  free(mt);
-}
-
-static struct markTask* markTaskCreate(struct eventMark* mark, const void* event, int isRecord) {
-  struct markTask* mt = calloc(1, sizeof(*mt));
-  if (!mt) return NULL;
-  mt->base.run = isRecord ? recordRun : waitRun;
-  mt->base.release = isRecord ? recordRelease : waitRelease;
-  mt->mark = mark;
-  mt->event = event;
-  return mt;
-}
+/* ---- host functions ---- */
 
 struct hostFnTask {
   ncclxTask base;
@@ -380,7 +224,7 @@ static void* streamWorker(void* arg) {
 }
 
 /* Caller holds registryLock (read), so s stays alive. Takes ownership of task. */
-static ncclxResult_t pushTask(struct ncclxStream* s, ncclxTask* task, const char* caller) {
+ncclxResult_t pushTask(struct ncclxStream* s, ncclxTask* task, const char* caller) {
   pthread_mutex_lock(&s->lock);
   if (s->stopping) {
     pthread_mutex_unlock(&s->lock);
@@ -433,6 +277,13 @@ ncclxResult_t streamCheckHandle(ncclxStream_t stream) {
   int ok = findStream(stream) != NULL;
   pthread_rwlock_unlock(&registryLock);
   return ok ? ncclxSuccess : badStream("stream check", stream);
+}
+
+_Thread_local int threadGroupDepth;
+static void (*destroyHook)(ncclxStream_t stream);
+
+void streamSetDestroyHook(void (*hook)(ncclxStream_t stream)) {
+  __atomic_store_n(&destroyHook, hook, __ATOMIC_RELEASE);
 }
 
 /* ---- public stream API ---- */
@@ -533,7 +384,8 @@ NCCLX_API ncclxResult_t ncclxStreamDestroy(ncclxStream_t stream) {
   if (s) registryRemove(&liveStreams, &s->live);
   pthread_rwlock_unlock(&registryLock);
   if (!s) return badStream("ncclxStreamDestroy", stream);
-  gpuStreamForget(stream); /* drop the CUDA binding of a stream from ncclxStreamFromCuda */
+  void (*hook)(ncclxStream_t) = __atomic_load_n(&destroyHook, __ATOMIC_ACQUIRE);
+  if (hook) hook(stream); /* the CUDA binding of a stream from ncclxStreamFromCuda goes */
 
   /* Unregistered: no new work can arrive. Let queued work finish, then stop the worker. */
   pthread_mutex_lock(&s->lock);
@@ -576,7 +428,7 @@ NCCLX_API ncclxResult_t ncclxStreamSynchronize(ncclxStream_t stream) {
   /* Holding s->lock, s outlives the registry lock: destroy waits for doneWaiters. */
   pthread_rwlock_unlock(&registryLock);
   /* Not inside a group: a host function run here would have its ncclx calls grouped. */
-  waitCompleted(s, s->enqueued, "ncclxStreamSynchronize: stream", enqueueGroupDepth() == 0);
+  waitCompleted(s, s->enqueued, "ncclxStreamSynchronize: stream", threadGroupDepth == 0);
   ncclxResult_t res = s->error;
   char text[ERROR_TEXT_MAX];
   if (res != ncclxSuccess) {
@@ -619,138 +471,3 @@ NCCLX_API ncclxResult_t ncclxLaunchHostFunc(ncclxStream_t stream, ncclxHostFn_t 
   return enqueueChecked(stream, &t->base, "ncclxLaunchHostFunc");
 }
 
-/* ---- public event API ---- */
-
-NCCLX_API ncclxResult_t ncclxEventCreate(ncclxEvent_t* event) {
-  if (!event) return ncclxSetError(ncclxInvalidArgument, "ncclxEventCreate: event pointer is NULL");
-  *event = NULL;
-  struct ncclxEvent* e = calloc(1, sizeof(*e));
-  if (!e) return ncclxSetError(ncclxSystemError, "ncclxEventCreate: out of memory");
-  if (pthread_mutex_init(&e->lock, NULL) != 0) {
-    free(e);
-    return ncclxSetError(ncclxSystemError, "ncclxEventCreate: cannot initialize a mutex");
-  }
-  e->live.magic = EVENT_MAGIC;
-  pthread_rwlock_wrlock(&registryLock);
-  registryAdd(&liveEvents, &e->live);
-  pthread_rwlock_unlock(&registryLock);
-  *event = e;
-  return ncclxSuccess;
-}
-
-/* Replaces the event's latest record; the caller releases the returned old one. */
-static struct eventMark* eventSwapLatest(struct ncclxEvent* e, struct eventMark* m) {
-  pthread_mutex_lock(&e->lock);
-  struct eventMark* old = e->latest;
-  e->latest = m;
-  pthread_mutex_unlock(&e->lock);
-  return old;
-}
-
-/* The event's latest record with a reference held, or NULL (complete). Registry lock held. */
-static struct eventMark* eventGetLatest(struct ncclxEvent* e) {
-  pthread_mutex_lock(&e->lock);
-  struct eventMark* m = e->latest;
-  if (m) markRetain(m);
-  pthread_mutex_unlock(&e->lock);
-  return m;
-}
-
-NCCLX_API ncclxResult_t ncclxEventRecord(ncclxEvent_t event, ncclxStream_t stream) {
-  if (!event) return ncclxSetError(ncclxInvalidArgument, "ncclxEventRecord: event is NULL");
-  pthread_rwlock_rdlock(&registryLock);
-  ncclxResult_t res = ncclxSuccess;
-  struct ncclxEvent* e = findEvent(event);
-  struct ncclxStream* s = stream ? findStream(stream) : NULL;
-  if (!e) {
-    res = badEvent("ncclxEventRecord", event);
-  } else if (stream && !s) {
-    res = badStream("ncclxEventRecord", stream);
-  } else if (!s) { /* the NULL stream has nothing pending: complete at once */
-    markRelease(eventSwapLatest(e, NULL));
-  } else {
-    struct eventMark* m = markCreate(2); /* the event's and the marker task's */
-    if (m) m->recorder = s;
-    struct markTask* t = m ? markTaskCreate(m, event, 1) : NULL;
-    if (!t) {
-      if (m) {
-        markRelease(m);
-        markRelease(m);
-      }
-      res = ncclxSetError(ncclxSystemError, "ncclxEventRecord: out of memory");
-    } else {
-      res = pushTask(s, &t->base, "ncclxEventRecord");
-      /* On failure the task was released (mark completed): drop ours, keep the old record. */
-      if (res == ncclxSuccess) markRelease(eventSwapLatest(e, m));
-      else markRelease(m);
-    }
-  }
-  pthread_rwlock_unlock(&registryLock);
-  return res;
-}
-
-NCCLX_API ncclxResult_t ncclxEventSynchronize(ncclxEvent_t event) {
-  if (!event) return ncclxSetError(ncclxInvalidArgument, "ncclxEventSynchronize: event is NULL");
-  pthread_rwlock_rdlock(&registryLock);
-  struct ncclxEvent* e = findEvent(event);
-  struct eventMark* m = e ? eventGetLatest(e) : NULL;
-  pthread_rwlock_unlock(&registryLock);
-  if (!e) return badEvent("ncclxEventSynchronize", event);
-  if (m) {
-    ncclxResult_t res = markCheckNotSelf(m, "ncclxEventSynchronize", event);
-    if (res != ncclxSuccess) {
-      markRelease(m);
-      return res;
-    }
-    markWait(m, "ncclxEventSynchronize: event", event);
-    markRelease(m);
-  }
-  return ncclxSuccess;
-}
-
-NCCLX_API ncclxResult_t ncclxStreamWaitEvent(ncclxStream_t stream, ncclxEvent_t event) {
-  if (!event) return ncclxSetError(ncclxInvalidArgument, "ncclxStreamWaitEvent: event is NULL");
-  pthread_rwlock_rdlock(&registryLock);
-  struct ncclxEvent* e = findEvent(event);
-  struct ncclxStream* s = stream ? findStream(stream) : NULL;
-  if (!e || (stream && !s)) {
-    pthread_rwlock_unlock(&registryLock);
-    return !e ? badEvent("ncclxStreamWaitEvent", event) : badStream("ncclxStreamWaitEvent", stream);
-  }
-  struct eventMark* m = eventGetLatest(e);
-  ncclxResult_t res = ncclxSuccess;
-  if (!m || markIsDone(m)) {
-    markRelease(m); /* nothing to wait for */
-  } else if (s) {
-    struct markTask* t = markTaskCreate(m, event, 0); /* takes our reference */
-    if (t) {
-      res = pushTask(s, &t->base, "ncclxStreamWaitEvent");
-    } else {
-      markRelease(m);
-      res = ncclxSetError(ncclxSystemError, "ncclxStreamWaitEvent: out of memory");
-    }
-  } else { /* NULL stream: later work runs on this thread, so wait here, unlocked */
-    pthread_rwlock_unlock(&registryLock);
-    res = markCheckNotSelf(m, "ncclxStreamWaitEvent", event);
-    if (res == ncclxSuccess) markWait(m, "ncclxStreamWaitEvent: event", event);
-    markRelease(m);
-    return res;
-  }
-  pthread_rwlock_unlock(&registryLock);
-  return res;
-}
-
-NCCLX_API ncclxResult_t ncclxEventDestroy(ncclxEvent_t event) {
-  if (!event) return ncclxSetError(ncclxInvalidArgument, "ncclxEventDestroy: event is NULL");
-  pthread_rwlock_wrlock(&registryLock);
-  struct ncclxEvent* e = findEvent(event);
-  if (e) registryRemove(&liveEvents, &e->live);
-  pthread_rwlock_unlock(&registryLock);
-  if (!e) return badEvent("ncclxEventDestroy", event);
-  /* A pending record keeps its mark alive; only our reference goes. */
-  markRelease(eventSwapLatest(e, NULL));
-  e->live.magic = DEAD_MAGIC;
-  pthread_mutex_destroy(&e->lock);
-  free(e);
-  return ncclxSuccess;
-}

@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 
+#include "comm/call_sig.h"
 #include "comm/comm.h"
 #include "ncclx/module.h"
 #include "ncclx/tuner.h"
@@ -64,34 +65,31 @@ typedef struct {
 
 #define XFER_MAX_INFLIGHT 4 /* messages in flight per transfer (<= size of ncclxXfer.reqs) */
 
-/* Message signatures (net.h, "Signed tags"): every message carries the running call's kind
- * and its size per rank, so ranks that disagree on the call, its count or its datatype fail
- * where the data lands, naming both calls, instead of completing with the wrong data.
- * Same-size differences (int32 for float32, max for sum) are not seen: [core]
- * check_mismatch compares whole calls. */
-enum {
-  XFER_SIG_P2P = 0,         /* send/recv and the core's own exchanges: each transfer's size */
-  XFER_SIG_COLL = 1,        /* + ncclxCollType_t */
-  XFER_SIG_MODULE = 1 + NCCLX_NUM_COLLS, /* + a feature module's call kind (ncclx/module.h) */
-  XFER_SIG_KINDS = 16
-};
-_Static_assert(XFER_SIG_MODULE + NCCLX_MODULE_CALL_KINDS <= XFER_SIG_KINDS, "signature kinds must fit 4 bits");
 /* The name of a module call kind in mismatch errors: the module's operation name, once this
  * rank has run one of that kind. */
 void xferNameModuleKind(int kind, const char* name);
 /* What differs between the call a message came from (its signature theirs) and ours (xfer_sig.c). */
 void xferDescribeMismatch(int theirs, int ours, char* buf, size_t size);
-#define XFER_SIG_PER_TRANSFER ((size_t)-1)
-/* A signature: the call's kind in bits 26-29, its bytes below (exact under 64 MiB, folded
- * above so that sizes 64 MiB apart still differ). */
-#define XFER_SIG_BYTES_BITS 26
-#define XFER_SIG_BYTES_MASK (((size_t)1 << XFER_SIG_BYTES_BITS) - 1)
 /* Sign the transfers that follow with this call (kind, bytes per rank, or
  * XFER_SIG_PER_TRANSFER); xferSetCall(comm, XFER_SIG_P2P, XFER_SIG_PER_TRANSFER) after it. */
 static inline void xferSetCall(struct ncclxComm* comm, int kind, size_t bytes) {
   comm->xferSigKind = kind;
   comm->xferSigBytes = bytes;
 }
+
+/* Memory registered with a network for the operation running on this thread (the GPU path
+ * registers the device buffers its plugin reads directly: gpu/gpu_net.c). The engine hands
+ * each message the handle of the registration that covers it, or NULL (host memory). */
+typedef struct {
+  void* netComm; /* sendComm or recvComm of the connection */
+  const ncclxNet_t* net;
+  char* base;
+  size_t bytes;
+  void* mhandle;
+  int flush; /* a direct receive on a device with forceFlush */
+} xferReg;
+/* Until the next call, on this thread (regs stays the caller's; NULL, 0: none). */
+void xferPublishRegs(const xferReg* regs, int n);
 
 ncclxResult_t xferRun(struct ncclxComm* comm, ncclxXfer* xfers, int n);
 /* xferRun that also copies src to dst (bytes, not overlapping) in steps between progress
@@ -166,7 +164,6 @@ struct pollfd;
 void xferSleepOn(struct ncclxComm* comm, struct pollfd* fds, int nfds, int noFd);
 /* CPUs this host's ranks share: the process's affinity mask, or every online CPU when the
  * launcher pinned it to one. */
-int xferHostCpus(void);
 
 /* Shorthands for the common steps of collective algorithms. A peer < 0 skips that half. */
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,

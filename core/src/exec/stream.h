@@ -17,6 +17,11 @@ typedef struct ncclxTask {
 ncclxResult_t streamEnqueue(ncclxStream_t stream, ncclxTask* task);
 /* Validate a user-provided stream handle (NULL is valid: caller's thread). */
 ncclxResult_t streamCheckHandle(ncclxStream_t stream);
-/* The calling thread's ncclxGroupStart nesting depth (enqueue.c). */
-int enqueueGroupDepth(void);
+/* Called with every stream ncclxStreamDestroy takes down, before its queue drains (the GPU
+ * path drops a CUDA binding: gpu_stream.c). One hook per process. */
+void streamSetDestroyHook(void (*hook)(ncclxStream_t stream));
+/* The calling thread's ncclxGroupStart nesting depth: sched/enqueue.c nests it, a stream
+ * synchronize inside a group runs no queued work itself. Read on every call: a variable, not
+ * a function (TLS descriptors keep it cheap, core/CMakeLists.txt). */
+extern _Thread_local int threadGroupDepth;
 #endif

@@ -1,0 +1,1 @@
+/* A fixture for tools/check-layers (see util/low.c). Never compiled. */
