@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Proves that a feature module builds OUT OF TREE against an INSTALLED ncclx and replaces the
 # built-in one, and that an installed libncclx finds its own modules in its prefix:
-#   1. cmake --install BUILD_DIR into a temporary prefix (it must hold lib/ncclx's two modules);
+#   1. cmake --install BUILD_DIR into a temporary prefix (it must hold lib/ncclx's two modules,
+#      and libncclx must not hold their code);
 #   2. copy the template from <prefix>/share/ncclx/examples and build it against the prefix;
 #   3. check the .so exports only ncclxModule_v1 and does not link libncclx;
 #   4. run the CommFuse examples (3 ranks, every schedule, results checked bit for bit) with
@@ -39,6 +40,14 @@ cmake --install "$BUILD" --prefix "$WORK/prefix" > "$WORK/install.log" 2>&1 ||
 LIBDIR=$(dirname "$(find "$WORK/prefix" -name 'libncclx.so.0' | head -n 1)")
 for m in commfuse moe; do
   [ -f "$LIBDIR/ncclx/libncclx-module-$m.so" ] || fail "the install has no $LIBDIR/ncclx/libncclx-module-$m.so"
+done
+# libncclx holds neither module's code, only the forwarders: each module's own sentences are
+# in its module and not in the library.
+for pair in "commfuse:out of memory choosing a schedule" "moe:not an expert of this" \
+            "moe:that does not start with a dynamic all-to-all"; do
+  m=${pair%%:*} text=${pair#*:}
+  grep -q "$text" "$LIBDIR/ncclx/libncclx-module-$m.so" || fail "the $m module lacks its sentence '$text'"
+  if grep -q "$text" "$LIBDIR/libncclx.so.0"; then fail "libncclx.so still holds $m code ('$text')"; fi
 done
 KIT="$WORK/prefix/share/ncclx/examples/module_template"
 [ -f "$KIT/module_template.c" ] || fail "the install has no share/ncclx/examples/module_template"
