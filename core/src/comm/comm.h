@@ -101,6 +101,7 @@ struct ncclxComm {
   size_t scratchSize;
   uint64_t collSeq, p2pSeq;
   const char* curOpName; /* "allreduce", for error messages */
+  int curOpIsP2p;        /* the running operation is send/recv: its sequence numbers count apart */
   uint64_t curOpSeq;
   /* How this rank runs it, for wait notes: a collective's algorithm and protocol (-1: none),
    * or a module's text. Set per call, so plain values: formatting costs on small calls. */

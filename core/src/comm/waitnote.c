@@ -43,7 +43,7 @@ static double nowSec(void) {
 }
 
 static int inCollective(const struct ncclxComm* comm) {
-  return comm->curOpName && strcmp(comm->curOpName, "send/recv") != 0;
+  return comm->curOpName && !comm->curOpIsP2p;
 }
 
 static struct waitNote noteOfCall(const struct ncclxComm* comm, int waitingFor) {

@@ -246,6 +246,7 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
               ? ncclxSetError(ncclxInvalidUsage, "send/recv: communicator was destroyed before the queued call ran")
               : commCheckHealthy(comms[j]);
     comms[j]->curOpName = "send/recv";
+    comms[j]->curOpIsP2p = 1;
     comms[j]->curOpSeq = comms[j]->p2pSeq + 1;
     comms[j]->curAlgo = comms[j]->curProto = -1, comms[j]->curPathText = NULL;
   }
@@ -276,6 +277,7 @@ static ncclxResult_t execP2p(struct ncclxOp** ops, int n) {
   }
   for (int j = 0; j < ncomms; j++) {
     comms[j]->curOpName = NULL;
+    comms[j]->curOpIsP2p = 0;
     comms[j]->curProfEvent = NULL;
     commExecUnlock(comms[j], refs[j]);
   }
