@@ -7,8 +7,8 @@
 #   3. check the .so exports only ncclxModule_v1 and does not link libncclx;
 #   4. run the CommFuse examples (3 ranks, every schedule, results checked bit for bit) with
 #      NCCLX_MODULES_COMMFUSE=<the template> and confirm from the log that it served them;
-#   5. run one of them, and the MoE layer example, on the installed libncclx with no setting:
-#      the prefix's modules load.
+#   5. run one of them, the MoE layer example and tests of both families on the installed
+#      libncclx with no setting: the prefix's modules load and serve them.
 # Usage: test-out-of-tree.sh BUILD_DIR. Exit 0 = pass, 77 = skipped (no OpenBLAS examples).
 set -euo pipefail
 
@@ -97,4 +97,16 @@ MOE_EXAMPLE="$BUILD/tests/a2av/a2av_moe_layer_example"
    timeout 300 "$MOE_EXAMPLE" -np 3) > "$WORK/moe_layer.log" 2>&1 || fail "the MoE layer example failed" "$WORK/moe_layer.log"
 grep -q "module moe: moe loaded from $LIBDIR/ncclx/libncclx-module-moe.so" "$WORK/moe_layer.log" ||
   fail "the installed library did not load the MoE module of its prefix" "$WORK/moe_layer.log"
+# Tests of both families on the installed library (results checked by the programs): each rank
+# loads the module of the prefix.
+for t in "a2av/a2av_dynamic 3" "a2av/a2av_moe 3" "a2av/a2av_overflow moe" "fuse/fuse_check 3"; do
+  name=$(basename "${t%% *}")
+  step "$name on the installed library"
+  # shellcheck disable=SC2086 # the program's arguments are words on purpose
+  (cd "$WORK" && LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCLX_CONF_FILE="$WORK/empty.ini" \
+     NCCLX_NET_SOCKET_IFNAME=lo NCCLX_CORE_TIMEOUT_S=60 NCCLX_DEBUG=INFO NCCLX_DEBUG_SUBSYS=INIT,PLUGIN \
+     timeout 300 "$BUILD/tests/"$t) > "$WORK/$name.log" 2>&1 || fail "$name failed on the installed library" "$WORK/$name.log"
+  grep -q "loaded from $LIBDIR/ncclx/libncclx-module-" "$WORK/$name.log" ||
+    fail "$name did not load its module from the prefix" "$WORK/$name.log"
+done
 echo "PASS: template module built out of tree and served the CommFuse examples; the install loads its own modules"
