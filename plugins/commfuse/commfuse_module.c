@@ -10,8 +10,11 @@ int fuseSlot;
 
 static ncclxResult_t init(const ncclxModuleCore_v1_t* core, int slot) {
   /* Every operation used here exists from the first version of the table on. */
-  if (!core || core->abiVersion != NCCLX_MODULE_ABI_VERSION || core->size < sizeof(ncclxModuleCore_v1_t))
-    return ncclxInvalidUsage;
+  if (!core) return ncclxInvalidUsage;
+  if (core->abiVersion != NCCLX_MODULE_ABI_VERSION || core->size < sizeof(ncclxModuleCore_v1_t))
+    return core->setError(ncclxInvalidUsage, "%s module: the core offers module ABI v%d with a %zu-byte table, this "
+                          "module needs v%d with %zu bytes", "commfuse", core->abiVersion, core->size,
+                          NCCLX_MODULE_ABI_VERSION, sizeof(ncclxModuleCore_v1_t));
   fuseCore = core;
   fuseSlot = slot;
   return ncclxSuccess;

@@ -153,7 +153,7 @@ static ncclxResult_t chanTest(dynState* st, int peer, int isSend, int* progress)
     size_t got = 0;
     if (moeCore->msgTest(st->comm, peer, ch->reqs[slot], &done, &got) != ncclxSuccess) {
       ch->inflight = 0; /* the transport freed the failed request */
-      return linkFailed(st, peer, isSend, "the connection failed");
+      return linkFailed(st, peer, isSend, moeCore->lastError());
     }
     if (!done) return ncclxSuccess;
     ch->head = (ch->head + 1) % DYN_INFLIGHT;
@@ -391,7 +391,7 @@ ncclxResult_t dynExchangeRun(dynExchange* x) {
   size_t chunkMax;
   dynStaging(st.n, &st.inlineMax, &chunkMax);
   st.chunk = info->chunkBytes && info->chunkBytes < chunkMax ? info->chunkBytes : chunkMax;
-  if (info->maxMessageBytes && st.chunk > info->maxMessageBytes) st.chunk = info->maxMessageBytes;
+  if (call->maxMessageBytes && st.chunk > call->maxMessageBytes) st.chunk = call->maxMessageBytes;
   dynPeer* self = &x->peers[st.me];
   if (self->nSendSeg != self->nRecvSeg)
     return moeCore->fail(comm, ncclxInternalError, "%s #%llu: %d segments to self but %d expected", opName(&st),

@@ -42,6 +42,7 @@ typedef struct {
   ncclxModuleCommInfo_v1_t info;
   const char* name; /* "alltoallv_dynamic", "moe_dispatch", ... */
   uint64_t seq;
+  size_t maxMessageBytes; /* 0 = no limit */
 } dynCall;
 
 typedef struct {

@@ -17,11 +17,11 @@ ncclxResult_t dynExecOp(ncclxComm_t comm, const char* name, ncclxResult_t (*fn)(
   ncclxModuleOp_v1_t op = {.name = name, .path = "dynamic", .callKind = NCCLX_MODULE_NO_STEPS,
                            .bytesPerRank = NCCLX_MODULE_BYTES_PER_TRANSFER, .sendbuff = info->sendbuff,
                            .recvbuff = info->recvbuff, .count = info->count, .datatype = info->datatype,
-                           .stream = info->stream, .profFunc = name, .profAlgoName = "dynamic",
-                           .profBytes = info->bytes};
+                           .stream = info->stream};
+  ncclxModuleOpEvent_v1_t event = {.func = name, .algo = "dynamic", .bytes = info->bytes};
   ncclxModuleOpCtx_v1_t ctx;
-  NCCLX_CHECK(moeCore->opBegin(comm, &op, &ctx));
-  dynCall call = {.comm = comm, .name = name, .seq = ctx.seq};
+  NCCLX_CHECK(moeCore->opBeginNamed(comm, &op, &event, &ctx));
+  dynCall call = {.comm = comm, .name = name, .seq = ctx.seq, .maxMessageBytes = moeCore->maxMessageBytes(comm)};
   moeCore->commInfo(comm, &call.info);
   MOE_INFO(NCCLX_LOG_COLL, "%s #%llu: %zu %s (%zu bytes) to send, comm %s nranks %d", name,
            (unsigned long long)ctx.seq, info->count, moeCore->typeName(info->datatype), info->bytes, call.info.name,

@@ -11,8 +11,11 @@ const ncclxModuleCore_v1_t* moeCore;
 static ncclxResult_t init(const ncclxModuleCore_v1_t* core, int slot) {
   (void)slot;
   /* Needs the table up to the device operations (its last entry). */
-  if (!core || core->abiVersion != NCCLX_MODULE_ABI_VERSION || core->size < sizeof(ncclxModuleCore_v1_t))
-    return ncclxInvalidUsage;
+  if (!core) return ncclxInvalidUsage;
+  if (core->abiVersion != NCCLX_MODULE_ABI_VERSION || core->size < sizeof(ncclxModuleCore_v1_t))
+    return core->setError(ncclxInvalidUsage, "%s module: the core offers module ABI v%d with a %zu-byte table, this "
+                          "module needs v%d with %zu bytes", "moe", core->abiVersion, core->size,
+                          NCCLX_MODULE_ABI_VERSION, sizeof(ncclxModuleCore_v1_t));
   moeCore = core;
   return ncclxSuccess;
 }

@@ -5,12 +5,17 @@
  * communicator stays usable.
  *
  *   a2av_module on|off|missing|notmodule|otherfamily|differ
+ *   a2av_module loadfail MODULE_DIR
  *
  * CTest sets NCCLX_MODULES_MOE for each mode. One rank: the point is the loading.
- * differ: two ranks, rank 1 with the module off: init fails on both, naming the setting. */
+ * differ: two ranks, rank 1 with the module off: init fails on both, naming the setting.
+ * loadfail: two ranks with the same setting, a relative path that only rank 0 can load (it
+ * runs in MODULE_DIR, rank 1 in an empty folder): modules load at init, so init fails on both
+ * instead of rank 1 failing alone at its first call while rank 0 waits in it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mp_fork.h"
 #include "mp_util.h"
@@ -101,23 +106,48 @@ static int differRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return res == ncclxInvalidUsage && strstr(why, "[modules]") && strstr(why, "moe = ") ? 0 : 1;
 }
 
-static int differ(void) {
+static const char* moduleDir;
+
+static int loadfailRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
+  (void)arg;
+  char empty[] = "/tmp/a2av_module.XXXXXX";
+  if (chdir(rank == 0 ? moduleDir : mkdtemp(empty)) != 0) return 2;
+  setenv("NCCLX_MODULES_MOE", "./libncclx-module-moe.so", 1);
+  ncclxComm_t comm = NULL;
+  ncclxResult_t res = ncclxCommInitRank(&comm, nranks, id, rank);
+  const char* why = ncclxGetLastError(NULL);
+  printf("rank %d: init %s: %s\n", rank, ncclxGetErrorString(res), why);
+  if (rank == 1) rmdir(empty);
+  if (res == ncclxSuccess) {
+    ncclxCommDestroy(comm);
+    return 1;
+  }
+  int named = rank == 0 ? strstr(why, "rank 1's [modules] settings or loaded modules differ") != NULL
+                        : strstr(why, "moe = ./libncclx-module-moe.so (not loaded: ") != NULL;
+  return res == ncclxInvalidUsage && named ? 0 : 1;
+}
+
+static int twoRanks(mpRankFn fn, const char* what) {
   ncclxUniqueId id;
   if (ncclxGetUniqueId(&id) != ncclxSuccess) return 1;
   mpJob job;
   mpJobInit(&job, 2);
-  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, differRank, id, NULL);
+  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, fn, id, NULL);
   int ranks[2] = {0, 1};
   mpJobWait(&job, ranks, 2, mpNow() + 30);
   int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
   mpJobKillRest(&job);
-  printf("a2av_module differ: %s\n", bad ? "FAIL (both ranks must fail init naming [modules])" : "PASS");
+  printf("a2av_module %s: %s\n", what, bad ? "FAIL (both ranks must fail init naming the modules)" : "PASS");
   return bad ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
-  if (!strcmp(mode, "differ")) return differ();
+  if (!strcmp(mode, "differ")) return twoRanks(differRank, "differ");
+  if (!strcmp(mode, "loadfail") && argc > 2) {
+    moduleDir = argv[2];
+    return twoRanks(loadfailRank, "loadfail");
+  }
   const char* word = !strcmp(mode, "on")            ? NULL
                      : !strcmp(mode, "off")         ? "switched off"
                      : !strcmp(mode, "missing")     ? "libncclx-module-nosuch.so"

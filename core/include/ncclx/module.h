@@ -48,7 +48,6 @@ typedef struct {
   double timeoutSec;   /* [core] timeout_s: a wait without progress this long fails; 0 = never */
   size_t chunkBytes;   /* the pipeline chunk of large transfers */
   const char* name;    /* for log lines */
-  size_t maxMessageBytes; /* the largest message a network takes, 0 = no limit */
 } ncclxModuleCommInfo_v1_t;
 
 /* Kinds a module's operation signs its messages with (0 .. NCCLX_MODULE_CALL_KINDS - 1): ranks
@@ -77,12 +76,15 @@ typedef struct {
   ncclxDataType_t datatype;
   ncclxRedOp_t op;
   ncclxStream_t stream;   /* the stream the call was queued on, or NULL */
-  /* For an operation that is none of the collectives: the event's own name ("moe_dispatch"),
-   * algorithm name and the bytes this rank sends; profColl and profAlgo are then not read. */
-  const char* profFunc;
-  const char* profAlgoName;
-  size_t profBytes;
 } ncclxModuleOp_v1_t;
+
+/* The profiler event of an operation that is none of the collectives (opBeginNamed): its
+ * own name ("moe_dispatch"), algorithm name and the bytes this rank sends. */
+typedef struct {
+  const char* func;
+  const char* algo;
+  size_t bytes;
+} ncclxModuleOpEvent_v1_t;
 
 /* Filled by opBegin, handed back to opEnd. */
 typedef struct {
@@ -188,7 +190,8 @@ typedef struct {
 
   /* The communicator's life and lock, for a module's own handles on it (an MoE layer): retain
    * keeps comm alive until the matching release; execLock orders a read after the operation
-   * running now (returns what execUnlock takes). */
+   * running now (returns what execUnlock takes; not inside an operation of this thread: the
+   * lock is the one opBegin holds, and it is not recursive). */
   void (*retain)(ncclxComm_t comm);
   void (*release)(ncclxComm_t comm);
   int (*execLock)(ncclxComm_t comm);
@@ -207,7 +210,9 @@ typedef struct {
    * says how much follows), below steps. msgSend / msgRecv post one message of at most bytes
    * to or from peer (connected first with connect); *req stays NULL while the network is busy
    * (post it again later). msgTest completes one (*got: the bytes that arrived). Messages to
-   * one peer in one direction arrive in the order posted, and must not mix with a step's. A
+   * one peer in one direction arrive in the order posted, and must not mix with a step's.
+   * Messages and waits are used only between opBegin and opEnd (the connections live as long
+   * as the communicator, which an operation keeps alive). A
    * refusal or a failed message returns an error and fails nothing: linkFailed then fails the
    * communicator, with an abort notice from the rank that failed first when one arrives
    * within 0.3 s (the peer is often only its messenger), else with the module's sentence. */
@@ -228,7 +233,8 @@ typedef struct {
 
   /* Device memory (docs/gpu.md). The transports move host memory: a module stages device
    * buffers through pinned host memory with these. memDevice: the CUDA device p lies on, -1
-   * for host memory (always, in a build without CUDA or without a loaded driver). checkBuffer:
+   * for host memory (always when the process has no CUDA driver loaded; a build without CUDA
+   * still recognizes device memory, which checkBuffer then refuses). checkBuffer:
    * ncclxSuccess, or the error with msg naming fn and arg for memory no path can use (device
    * memory in a build without CUDA); records nothing. streamIsDevice: stream is ordered with
    * a CUDA stream (ncclxStreamFromCuda). enqueueDevice: enqueue, plus that ordering: run
@@ -239,8 +245,9 @@ typedef struct {
   ncclxResult_t (*enqueueDevice)(ncclxComm_t comm, ncclxStream_t stream, ncclxResult_t (*run)(void* arg),
                                  void (*release)(void* arg), void* arg);
   /* One operation's copies on device's internal copy stream, in order: devOpen makes device
-   * current (what names the operation in errors); devPinned gives pinned host memory, valid
-   * until devClose; devCopy queues a copy in any direction; devCopyBlocks queues n blocks,
+   * current (what names the operation in errors; call devClose whatever it returns, with
+   * *dev, which may be NULL); devPinned gives pinned host memory, valid until devClose (at
+   * most 4 buffers per devOpen); devCopy queues a copy in any direction; devCopyBlocks queues n blocks,
    * block i of counts[i] * elemBytes bytes from src + i * stride * elemBytes to dst at the same
    * offset (src and counts in devPinned memory, read by the kernel where they are); devWait
    * waits for everything queued, bounded by the timeout and the abort flag; devClose puts the
@@ -253,6 +260,12 @@ typedef struct {
                                  size_t stride, size_t elemBytes, const char* step);
   ncclxResult_t (*devWait)(ncclxModuleDev_t* dev);
   void (*devClose)(ncclxModuleDev_t* dev);
+
+  /* opBegin, with the profiler event named by event (profColl and profAlgo are not read). */
+  ncclxResult_t (*opBeginNamed)(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, const ncclxModuleOpEvent_v1_t* event,
+                                ncclxModuleOpCtx_v1_t* ctx);
+  /* The largest message every network of comm takes (msgSend, msgRecv), 0 = no limit. */
+  size_t (*maxMessageBytes)(ncclxComm_t comm);
 } ncclxModuleCore_v1_t;
 
 /* ---------------- what a module offers ---------------- */

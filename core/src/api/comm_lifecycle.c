@@ -234,10 +234,10 @@ static ncclxResult_t commSetup(struct ncclxComm* comm, struct bootstrap* b, uint
                            i, comm->peerInfo[i].rank);
   for (int i = 0; i < comm->nranks; i++)
     if (comm->peerInfo[i].modulesHash != comm->peerInfo[comm->rank].modulesHash) {
-      char mine[256];
+      char mine[1024];
       moduleConfigDescribe(mine, sizeof(mine));
-      return ncclxSetError(ncclxInvalidUsage, "rank %d's [modules] settings differ from rank %d's (%s): every rank of "
-                           "a job must load the same feature modules", i, comm->rank, mine);
+      return ncclxSetError(ncclxInvalidUsage, "rank %d's [modules] settings or loaded modules differ from rank %d's "
+                           "(%s): every rank of a job must load the same feature modules", i, comm->rank, mine);
     }
   commCountHosts(comm);
 

@@ -1,4 +1,4 @@
-/* Feature modules (ncclx/module.h): loaded on first use from [modules] in ncclx.ini, each
+/* Feature modules (ncclx/module.h): loaded at communicator init from [modules] in ncclx.ini, each
  * implementing a family of public calls that libncclx forwards to it. */
 #ifndef NCCLX_MODULE_INTERNAL_H
 #define NCCLX_MODULE_INTERNAL_H

@@ -28,7 +28,7 @@
 static void commInfo(ncclxComm_t comm, ncclxModuleCommInfo_v1_t* info) {
   *info = (ncclxModuleCommInfo_v1_t){.rank = comm->rank, .nranks = comm->nranks, .nhosts = comm->nhosts,
                                      .timeoutSec = comm->timeoutSec, .chunkBytes = comm->chunkBytes,
-                                     .name = comm->name, .maxMessageBytes = comm->maxMessageBytes};
+                                     .name = comm->name};
 }
 
 static ncclxResult_t argError(ncclxComm_t comm, ncclxResult_t res, const char* fmt, ...) {
@@ -61,27 +61,29 @@ static int aborted(ncclxComm_t comm) { return atomic_load(&comm->abortFlag) != 0
 /* ---------------- the operation envelope ---------------- */
 
 /* The COLL event of an operation that is none of the collectives, under its own name. */
-static void* profOwnStart(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, uint64_t seq) {
+static void* profOwnStart(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, const ncclxModuleOpEvent_v1_t* event,
+                          uint64_t seq) {
   ncclxProfilerEventDescr_v1_t d;
   memset(&d, 0, sizeof(d));
   d.type = NCCLX_PROFILE_COLL;
   d.rank = comm->rank;
   d.coll.seq = seq;
-  d.coll.func = op->profFunc;
+  d.coll.func = event->func;
   d.coll.sendbuff = op->sendbuff;
   d.coll.recvbuff = op->recvbuff;
   d.coll.count = op->count;
-  d.coll.bytes = op->profBytes;
+  d.coll.bytes = event->bytes;
   d.coll.root = -1;
   d.coll.datatype = ncclxTypeName(op->datatype);
-  d.coll.algo = op->profAlgoName ? op->profAlgoName : "module";
+  d.coll.algo = event->algo ? event->algo : "module";
   d.coll.proto = "simple";
   d.coll.stream = op->stream;
   return profStart(comm, &d);
 }
 
 /* corePrivate: [0] whether opBegin took a reference (commExecLock), [1] the profiler event. */
-static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncclxModuleOpCtx_v1_t* ctx) {
+static ncclxResult_t opBeginNamed(ncclxComm_t comm, const ncclxModuleOp_v1_t* op,
+                                  const ncclxModuleOpEvent_v1_t* event, ncclxModuleOpCtx_v1_t* ctx) {
   ncclxLogSetRank(comm->rank);
   int ref = commExecLock(comm); /* a direct call holds no reference of its own */
   ncclxResult_t res = atomic_load(&comm->destroyed)
@@ -97,8 +99,8 @@ static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncc
   comm->curOpSeq = ctx->seq;
   comm->curAlgo = comm->curProto = -1, comm->curPathText = op->path;
   void* ev = NULL;
-  if (op->profFunc && profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
-    ev = profOwnStart(comm, op, ctx->seq);
+  if (event && event->func && profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
+    ev = profOwnStart(comm, op, event, ctx->seq);
   } else if (profEnabled(comm, NCCLX_PROFILE_COLL | NCCLX_PROFILE_STEP)) {
     ncclxCollArgs a = {.coll = op->profColl, .sendbuff = op->sendbuff, .recvbuff = op->recvbuff, .count = op->count,
                        .datatype = op->datatype, .op = op->op, .root = -1, .algo = op->profAlgo,
@@ -117,6 +119,10 @@ static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncc
   ctx->corePrivate[0] = (void*)(intptr_t)ref;
   ctx->corePrivate[1] = ev;
   return ncclxSuccess;
+}
+
+static ncclxResult_t opBegin(ncclxComm_t comm, const ncclxModuleOp_v1_t* op, ncclxModuleOpCtx_v1_t* ctx) {
+  return opBeginNamed(comm, op, NULL, ctx);
 }
 
 static void opEnd(ncclxComm_t comm, ncclxModuleOpCtx_v1_t* ctx, ncclxResult_t res) {
@@ -225,8 +231,12 @@ static ncclxResult_t connect(ncclxComm_t comm, const int* sendPeers, int nsend, 
 
 static ncclxResult_t scratch(ncclxComm_t comm, size_t bytes, void** out) {
   *out = commScratch(comm, bytes);
-  return *out ? ncclxSuccess : commFail(comm, ncclxSystemError, "out of memory for %zu bytes of scratch", bytes);
+  if (*out) return ncclxSuccess;
+  return commFail(comm, ncclxSystemError, "%s #%llu: cannot allocate %zu bytes of scratch",
+                  comm->curOpName ? comm->curOpName : "module operation", (unsigned long long)comm->curOpSeq, bytes);
 }
+
+static size_t maxMessageBytes(ncclxComm_t comm) { return comm->maxMessageBytes; }
 
 static ncclxResult_t oobAllGather(ncclxComm_t comm, void* all, size_t size, uint32_t tag) {
   if (tag > 255) return ncclxSetError(ncclxInternalError, "module all-gather tag %u is not in 0..255", tag);
@@ -349,6 +359,8 @@ static const ncclxModuleCore_v1_t coreTable = {
     .devCopyBlocks = gpuModuleDevCopyBlocks,
     .devWait = gpuModuleDevWait,
     .devClose = gpuModuleDevClose,
+    .opBeginNamed = opBeginNamed,
+    .maxMessageBytes = maxMessageBytes,
 };
 
 const ncclxModuleCore_v1_t* moduleCoreTable(void) { return &coreTable; }

@@ -1,4 +1,4 @@
-/* Loads feature modules on first use: [modules] <key> = on (default: the module built with
+/* Loads feature modules (at communicator init, or a call's first use): [modules] <key> = on (default: the module built with
  * ncclx), off, a name (libncclx-module-<name>.so) or a path. A module that cannot be used is
  * tried once; every later call of its family fails with the same sentence. */
 #include "module/module.h"
@@ -126,11 +126,19 @@ static const char* settingOf(moduleId id) {
   return v ? v : "on";
 }
 
+/* Whether a module that is not switched off loaded (loading it now: at communicator init, so
+ * that a rank whose module cannot load fails init with every other rank, instead of failing
+ * alone at the first call while its peers wait in it). */
+static int loadedNow(moduleId id) {
+  if (isOff(settingOf(id))) return 0;
+  return moduleFamilyQuiet(id) != NULL;
+}
+
 uint64_t moduleConfigHash(void) {
-  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over "key=value;" of every module */
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over "key=value:loaded;" of every module */
   for (int id = 0; id < MODULE_COUNT; id++) {
     char item[256];
-    snprintf(item, sizeof(item), "%s=%s;", known[id].key, settingOf((moduleId)id));
+    snprintf(item, sizeof(item), "%s=%s:%d;", known[id].key, settingOf((moduleId)id), loadedNow((moduleId)id));
     for (const char* c = item; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
   }
   return h;
@@ -139,8 +147,12 @@ uint64_t moduleConfigHash(void) {
 void moduleConfigDescribe(char* buf, size_t size) {
   size_t len = 0;
   buf[0] = '\0';
-  for (int id = 0; id < MODULE_COUNT && len < size; id++)
-    len += (size_t)snprintf(buf + len, size - len, "%s%s = %s", id ? ", " : "", known[id].key, settingOf((moduleId)id));
+  for (int id = 0; id < MODULE_COUNT && len < size; id++) {
+    const char* setting = settingOf((moduleId)id);
+    int off = isOff(setting), ok = !off && loadedNow((moduleId)id);
+    len += (size_t)snprintf(buf + len, size - len, "%s%s = %s%s%.300s%s", id ? ", " : "", known[id].key, setting,
+                            off || ok ? "" : " (not loaded: ", off || ok ? "" : loaded[id].why, off || ok ? "" : ")");
+  }
 }
 
 void moduleCommDestroy(struct ncclxComm* comm) {

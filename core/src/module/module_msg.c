@@ -20,6 +20,12 @@ static double nowSec(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Errors here are the first half of a sentence the module completes with linkFailed (which
+ * names the peer and the operation), so they are recorded without a log line of their own. */
+static const struct ncclxPeerConn* connOf(ncclxComm_t comm, int peer) {
+  return (unsigned)peer < (unsigned)comm->nranks && comm->conns ? &comm->conns[peer] : NULL;
+}
+
 static ncclxResult_t noConnection(ncclxComm_t comm, int peer, int isSend) {
   return ncclxSetError(ncclxInternalError, "module message %s rank %d: no connection (call connect first; comm %s)",
                        isSend ? "to" : "from", peer, comm->name);
@@ -27,31 +33,30 @@ static ncclxResult_t noConnection(ncclxComm_t comm, int peer, int isSend) {
 
 ncclxResult_t moduleMsgSend(ncclxComm_t comm, int peer, const void* buf, size_t bytes, void** req) {
   *req = NULL;
-  const struct ncclxPeerConn* c = (unsigned)peer < (unsigned)comm->nranks ? &comm->conns[peer] : NULL;
+  const struct ncclxPeerConn* c = connOf(comm, peer);
   if (!c || !c->net || !c->sendComm) return noConnection(comm, peer, 1);
   ncclxResult_t res = c->net->isend(c->sendComm, (void*)buf, bytes, comm->rank, NULL, NULL, req);
-  if (res != ncclxSuccess)
-    return ncclxSetError(res, "network '%s' refused a %zu-byte message to rank %d", c->net->name, bytes, peer);
+  if (res != ncclxSuccess) return ncclxSetErrorQuiet(res, "network '%s' refused a %zu-byte message", c->net->name, bytes);
   return ncclxSuccess;
 }
 
 ncclxResult_t moduleMsgRecv(ncclxComm_t comm, int peer, void* buf, size_t bytes, void** req) {
   *req = NULL;
-  const struct ncclxPeerConn* c = (unsigned)peer < (unsigned)comm->nranks ? &comm->conns[peer] : NULL;
+  const struct ncclxPeerConn* c = connOf(comm, peer);
   if (!c || !c->net || !c->recvComm) return noConnection(comm, peer, 0);
   int tag = peer;
   ncclxResult_t res = c->net->irecv(c->recvComm, 1, &buf, &bytes, &tag, NULL, NULL, req);
-  if (res != ncclxSuccess)
-    return ncclxSetError(res, "network '%s' refused a %zu-byte receive from rank %d", c->net->name, bytes, peer);
+  if (res != ncclxSuccess) return ncclxSetErrorQuiet(res, "network '%s' refused a %zu-byte message", c->net->name, bytes);
   return ncclxSuccess;
 }
 
 ncclxResult_t moduleMsgTest(ncclxComm_t comm, int peer, void* req, int* done, size_t* got) {
   *done = 0;
   *got = 0;
+  const struct ncclxPeerConn* c = connOf(comm, peer);
+  if (!c || !c->net || !req) return noConnection(comm, peer, 0);
   /* On failure the network has freed the request. */
-  if (comm->conns[peer].net->test(req, done, got) != ncclxSuccess)
-    return ncclxSetError(ncclxRemoteError, "the connection with rank %d failed", peer);
+  if (c->net->test(req, done, got) != ncclxSuccess) return ncclxSetErrorQuiet(ncclxRemoteError, "the connection failed");
   return ncclxSuccess;
 }
 
@@ -78,7 +83,8 @@ void moduleWaitPeers(ncclxComm_t comm, const int* peers, const int* isSend, int 
   struct pollfd fds[64];
   int nfds = 0, noFd = 0;
   for (int i = 0; i < n && nfds < 63; i++) {
-    const struct ncclxPeerConn* c = &comm->conns[peers[i]];
+    const struct ncclxPeerConn* c = connOf(comm, peers[i]);
+    if (!c) continue;
     int fd = isSend[i] ? c->sendFd : c->recvFd;
     if (fd < 0) noFd = 1; /* a transport without a descriptor: poll it again soon */
     else fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};

@@ -109,6 +109,15 @@ ncclxResult_t ncclxSetErrorV(ncclxResult_t res, const char* fmt, va_list ap) {
   return res;
 }
 
+ncclxResult_t ncclxSetErrorQuiet(ncclxResult_t res, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(threadError, sizeof(threadError), fmt, ap);
+  va_end(ap);
+  threadErrorStamp = ncclxErrorStampNext();
+  return res;
+}
+
 ncclxResult_t ncclxSetError(ncclxResult_t res, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

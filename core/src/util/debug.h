@@ -34,6 +34,8 @@ static inline int ncclxLogMayPrint(int level) {
  * `return ncclxSetError(ncclxInvalidArgument, "count %zu too large", n);` */
 ncclxResult_t ncclxSetError(ncclxResult_t res, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 ncclxResult_t ncclxSetErrorV(ncclxResult_t res, const char* fmt, va_list ap);
+/* The same without the WARN line: a part of a sentence its caller completes and reports. */
+ncclxResult_t ncclxSetErrorQuiet(ncclxResult_t res, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 const char* ncclxThreadLastError(void);
 void ncclxClearThreadError(void);
 /* Errors are stamped from one process-wide clock, so ncclxGetLastError(comm) can tell which
