@@ -9,9 +9,7 @@
  *     and a stop for every start;
  *   - between ncclxGroupStart and ncclxGroupEnd every dynamic call fails with
  *     ncclxInvalidUsage naming the group, queues nothing, and the communicator stays usable
- *     (a collective grouped with it and a dynamic call after the group both succeed).
- *     Until enqueue.c provides enqueueGroupDepth() a group cannot be detected: the calls
- *     are then issued at once, which this test checks instead (and says so). */
+ *     (a collective grouped with it and a dynamic call after the group both succeed). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,28 +126,14 @@ static void groupRefusal(int rank, int np, ncclxComm_t comm, ncclxMoe_t moe, ncc
   ncclxResult_t r4 = ncclxMoeCombine(moe, in, w, out, stream);
   int eventsBeforeEnd = nevents;
   CHECK(rank, ncclxGroupEnd());
-  if (inGroup) {
-    EXPECT(rank, r1 == ncclxInvalidUsage && r2 == ncclxInvalidUsage && r3 == ncclxInvalidUsage,
-           "grouped dynamic calls returned %d %d %d, expected ncclxInvalidUsage (%d)", r1, r2, r3,
-           ncclxInvalidUsage);
-    /* The combine is refused for the group too (or for having no dispatch: both usage). */
-    EXPECT(rank, r4 == ncclxInvalidUsage, "grouped combine returned %d", r4);
-    EXPECT(rank, strstr(msg, "ncclxGroupStart") != NULL, "message does not name the group: %s", msg);
-    EXPECT(rank, eventsBeforeEnd == 0, "refused calls reported %d profiler events", eventsBeforeEnd);
-  } else {
-    printf("a2av_group_prof: rank %d: enqueue.c has no enqueueGroupDepth(): grouped dynamic calls are "
-           "issued at once (checked instead of the refusal)\n",
-           rank);
-    EXPECT(rank, r1 == ncclxSuccess && r2 == ncclxSuccess && r3 == ncclxSuccess && r4 == ncclxSuccess,
-           "grouped dynamic calls returned %d %d %d %d", r1, r2, r3, r4);
-    CHECK(rank, ncclxStreamSynchronize(stream));
-    for (int s = 0; s < np; s++) {
-      EXPECT(rank, recvcounts[s] == 1 && recv[2 * s] == (float)(s * 100 + rank), "grouped call: block from %d wrong",
-             s);
-      EXPECT(rank, recvcountsB[s] == 1 && rdispls[s] == (size_t)s && recvB[s] == (float)(s * 100 + rank),
-             "grouped compact call: block from %d wrong", s);
-    }
-  }
+  /* The refusal is the contract (ncclx/moe.h): the group must be seen. */
+  EXPECT(rank, inGroup, "inside ncclxGroupStart the core saw no group (enqueueGroupDepth() was 0)");
+  EXPECT(rank, r1 == ncclxInvalidUsage && r2 == ncclxInvalidUsage && r3 == ncclxInvalidUsage,
+         "grouped dynamic calls returned %d %d %d, expected ncclxInvalidUsage (%d)", r1, r2, r3, ncclxInvalidUsage);
+  /* The combine is refused for the group too (or for having no dispatch: both usage). */
+  EXPECT(rank, r4 == ncclxInvalidUsage, "grouped combine returned %d", r4);
+  EXPECT(rank, strstr(msg, "ncclxGroupStart") != NULL, "message does not name the group: %s", msg);
+  EXPECT(rank, eventsBeforeEnd == 0, "refused calls reported %d profiler events", eventsBeforeEnd);
   EXPECT(rank, total == (float)(np * (np - 1) / 2), "grouped all-reduce gave %g", (double)total);
   /* Still usable: a dynamic call after the group. */
   CHECK(rank, ncclxAllToAllvDynamic(send, sendcounts, recv, 2, recvcounts, ncclxFloat32, comm, NULL));
