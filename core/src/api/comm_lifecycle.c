@@ -443,8 +443,11 @@ API ncclxResult_t ncclxCommSplitGroup(ncclxComm_t comm, const int* ranks, int nr
                          comm->rank);
 
   pthread_mutex_lock(&comm->execLock);
-  ncclxResult_t res = commCheckHealthy(comm);
-  struct splitGroupCount* g = comm->splitGroups;
+  /* A destroy that ran while we waited for the lock has freed the list already. */
+  ncclxResult_t res = atomic_load(&comm->destroyed)
+                          ? ncclxSetError(ncclxInvalidUsage, "ncclxCommSplitGroup: the communicator was destroyed")
+                          : commCheckHealthy(comm);
+  struct splitGroupCount* g = res == ncclxSuccess ? comm->splitGroups : NULL;
   while (g && g->listHash != listHash) g = g->next;
   if (res == ncclxSuccess && !g) {
     g = calloc(1, sizeof(*g));

@@ -162,8 +162,6 @@ unsigned xferSpinPolls(const struct ncclxComm* comm);
  * about 2 ms at most; only 50 us when noFd (something waited on has no descriptor). */
 struct pollfd;
 void xferSleepOn(struct ncclxComm* comm, struct pollfd* fds, int nfds, int noFd);
-/* CPUs this host's ranks share: the process's affinity mask, or every online CPU when the
- * launcher pinned it to one. */
 
 /* Shorthands for the common steps of collective algorithms. A peer < 0 skips that half. */
 ncclxResult_t xferSendRecv(struct ncclxComm* comm, int sendPeer, const void* sendBuf,

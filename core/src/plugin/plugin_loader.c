@@ -110,8 +110,10 @@ void ncclxPluginSetNetProfiler(ncclxProfilerCallback_t sink) { __atomic_store_n(
 static ncclxResult_t netEvent(void** eHandle, int type, void* parentHandle, int64_t pluginId, void* extData) {
   ncclxProfilerCallback_t sink = __atomic_load_n(&netEventSink, __ATOMIC_ACQUIRE);
   if (sink) return sink(eHandle, type, parentHandle, pluginId, extData);
+  /* What the profiler layer answers when no profiler takes NET events. */
   if (eHandle == NULL) return ncclxInvalidArgument;
   if (type == NCCLX_PROFILER_NET_START) *eHandle = NULL;
+  else if (type != NCCLX_PROFILER_NET_STOP && type != NCCLX_PROFILER_NET_UPDATE) return ncclxInvalidArgument;
   return ncclxSuccess;
 }
 
