@@ -128,15 +128,7 @@ static int loadfailRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
 }
 
 static int twoRanks(mpRankFn fn, const char* what) {
-  ncclxUniqueId id;
-  if (ncclxGetUniqueId(&id) != ncclxSuccess) return 1;
-  mpJob job;
-  mpJobInit(&job, 2);
-  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, fn, id, NULL);
-  int ranks[2] = {0, 1};
-  mpJobWait(&job, ranks, 2, mpNow() + 30);
-  int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
-  mpJobKillRest(&job);
+  int bad = mpRunJob(2, fn, NULL, 30);
   printf("a2av_module %s: %s\n", what, bad ? "FAIL (both ranks must fail init naming the modules)" : "PASS");
   return bad ? 1 : 0;
 }

@@ -49,20 +49,6 @@ static int differRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
   return res == ncclxInvalidUsage && strstr(why, "[modules]") && strstr(why, "commfuse = ") ? 0 : 1;
 }
 
-static int differ(void) {
-  ncclxUniqueId id;
-  if (ncclxGetUniqueId(&id) != ncclxSuccess) return 1;
-  mpJob job;
-  mpJobInit(&job, 2);
-  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, differRank, id, NULL);
-  int ranks[2] = {0, 1};
-  mpJobWait(&job, ranks, 2, mpNow() + 30);
-  int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
-  mpJobKillRest(&job);
-  printf("fuse_module differ: %s\n", bad ? "FAIL (both ranks must fail init naming [modules])" : "PASS");
-  return bad ? 1 : 0;
-}
-
 static int produceNothing(void* u, int d, size_t off, void* out, size_t n) {
   (void)u, (void)d, (void)off, (void)out, (void)n;
   return 0;
@@ -82,24 +68,14 @@ static int emptyRank(int rank, int nranks, ncclxUniqueId id, void* arg) {
 }
 
 static int twoRanks(mpRankFn fn, const char* what) {
-  ncclxUniqueId id;
-  if (ncclxGetUniqueId(&id) != ncclxSuccess) return 1;
-  mpJob job;
-  mpJobInit(&job, 2);
-  for (int r = 0; r < 2; r++) mpJobSpawn(&job, r, fn, id, NULL);
-  int ranks[2] = {0, 1};
-  mpJobWait(&job, ranks, 2, mpNow() + 30);
-  int bad = !mpExitedZero(&job, 0) + !mpExitedZero(&job, 1);
-  char d[96];
-  for (int r = 0; r < 2 && bad; r++) printf("rank %d: %s\n", r, mpDescribeStatus(&job, r, d, sizeof(d)));
-  mpJobKillRest(&job);
+  int bad = mpRunJob(2, fn, NULL, 30);
   printf("fuse_module %s: %s\n", what, bad ? "FAIL" : "PASS");
   return bad ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
-  if (!strcmp(mode, "differ")) return differ();
+  if (!strcmp(mode, "differ")) return twoRanks(differRank, "differ");
   if (!strcmp(mode, "empty")) return twoRanks(emptyRank, "empty");
   ncclxUniqueId id;
   ncclxComm_t comm;

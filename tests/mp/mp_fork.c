@@ -121,3 +121,28 @@ int mpKilledBy(const mpJob* job, int rank, int sig) {
   return job->done[rank] && job->status[rank] != -1 && WIFSIGNALED(job->status[rank]) &&
          WTERMSIG(job->status[rank]) == sig;
 }
+
+int mpRunJob(int nranks, mpRankFn fn, void* arg, double timeoutSec) {
+  ncclxUniqueId id;
+  if (ncclxGetUniqueId(&id) != ncclxSuccess) {
+    fprintf(stderr, "mpRunJob: ncclxGetUniqueId: %s\n", ncclxGetLastError(NULL));
+    return nranks;
+  }
+  mpJob job;
+  int ranks[MP_MAX_RANKS];
+  mpJobInit(&job, nranks);
+  for (int r = 0; r < nranks; r++) {
+    ranks[r] = r;
+    mpJobSpawn(&job, r, fn, id, arg);
+  }
+  mpJobWait(&job, ranks, nranks, mpNow() + timeoutSec);
+  int bad = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (mpExitedZero(&job, r)) continue;
+    char d[96];
+    printf("rank %d: %s\n", r, mpDescribeStatus(&job, r, d, sizeof(d)));
+    bad++;
+  }
+  mpJobKillRest(&job);
+  return bad;
+}

@@ -37,6 +37,11 @@ int mpJobKillRest(mpJob* job);
 /* Child: block until the parent calls mpJobRelease (0) or maxSec passes (-1). */
 int mpWaitRelease(mpJob* job, double maxSec);
 
+/* A whole job: a fresh unique id, nranks children running fn, waited for up to timeoutSec;
+ * every rank that did not exit 0 is printed with its status (then killed if still running).
+ * Returns how many ranks did not exit 0 (nranks when no unique id could be made). */
+int mpRunJob(int nranks, mpRankFn fn, void* arg, double timeoutSec);
+
 /* "exit 0", "exit 3", "killed by signal 9", "still running". */
 const char* mpDescribeStatus(const mpJob* job, int rank, char* buf, size_t size);
 int mpExitedZero(const mpJob* job, int rank);

@@ -15,33 +15,10 @@ fi
 np=$1
 shift
 
-# A port below the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): a
-# port bind(0) hands out comes from that range, and between our probe and rank 0's bind the
-# kernel could give it to any concurrent test's outgoing connection (rank 0 then fails at
-# once with "cannot listen on the root address"). Ports below the range are only taken by
-# explicit binds; a random one that binds now is free unless another run_mp.sh picks it too.
+# A port below the kernel's ephemeral range, where concurrent tests' connections cannot take
+# it between our probe and rank 0's bind (tools/ncclx-run --free-port says why).
 free_port() {
-  python3 - <<'EOF'
-import random, socket
-try:
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    low = 32768
-low = max(low, 12000)
-for _ in range(200):
-    port = random.randrange(10000, low)
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(port)
-    break
-else:
-    raise SystemExit("no free port")
-EOF
+  python3 "$(dirname "$0")/../../tools/ncclx-run" --free-port
 }
 
 # Without python3, fall back to a pseudo-random port in a range the kernel does not hand

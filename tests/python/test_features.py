@@ -27,28 +27,12 @@ import sys
 import time
 from datetime import timedelta
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError:
-    print("SKIPPED: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+from testlib import RANK, check, checked, dist, failures, torch
 
 import ncclx
 import ncclx.torch
 from ncclx.fuse import Schedule, all_gather_matmul, matmul_reduce_scatter
 from ncclx.moe import Moe, MoELayer, all_to_all_v_dynamic
-
-failures, checks = [], [0]
-RANK = int(os.environ.get("RANK", "0"))
-
-
-def check(cond, what):
-    checks[0] += 1
-    if not cond:
-        failures.append(what)
-        print("rank %d: FAIL %s" % (RANK, what), flush=True)
-
 
 def close(a, b):
     """Equal to 1e-4 relative (an absolute floor of 1e-5 of the largest element, for zeros)."""
@@ -287,7 +271,7 @@ def killed_rank(rank, n, pid):
         for i in range(100000):
             if rank == victim and i == 20:
                 print("rank %d of %d: %d checks, %s; exits now (killed-rank test)" % (
-                    rank, n, checks[0], "%d FAILED" % len(failures) if failures else "passed"), flush=True)
+                    rank, n, checked[0], "%d FAILED" % len(failures) if failures else "passed"), flush=True)
                 os._exit(1 if failures else 0)
             t0 = time.monotonic()
             dist.all_reduce(x, group=group)
@@ -319,7 +303,7 @@ def main():
     pid = pids(n)[n - 1]
     stalled_rank(rank, n, pid)
     killed_rank(rank, n, pid)  # last: the victim exits, the communicators fail
-    print("rank %d of %d: %d checks, %s in %.1f s" % (rank, n, checks[0], "%d FAILED" % len(failures) if failures
+    print("rank %d of %d: %d checks, %s in %.1f s" % (rank, n, checked[0], "%d FAILED" % len(failures) if failures
                                                       else "passed", time.monotonic() - t0), flush=True)
     sys.exit(1 if failures else 0)
 

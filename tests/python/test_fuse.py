@@ -11,26 +11,14 @@ the default torch.distributed group (ncclx.torch.comm_of):
 Exit 0 when every check passed, 1 otherwise, 77 when torch is not installed."""
 import sys
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError:
-    print("SKIPPED: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+from testlib import check, dist, failures, torch
 
 import ncclx
 import ncclx.torch
 from ncclx.fuse import Schedule, all_gather_compute, all_gather_matmul, matmul_reduce_scatter
 
-failures = []
 SCHEDULES = [Schedule("sequential"), Schedule("sliced", 3), Schedule("ring_p2p"), Schedule("ring_p2p", 4),
              Schedule("direct_p2p"), Schedule("auto")]
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d: FAIL %s" % (dist.get_rank(), what), flush=True)
 
 
 def close(a, b):

@@ -5,15 +5,9 @@ here), never a hang. Exit 0 when the survivors saw that (rank 2 exits 0 on purpo
 otherwise, 77 when torch is not installed."""
 import datetime
 import os
-import sys
 import time
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError:
-    print("SKIPPED: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+from testlib import dist, torch
 
 import ncclx.torch  # noqa: F401  registers the backend
 

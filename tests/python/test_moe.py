@@ -11,24 +11,12 @@
 Exit 0 when every check passed, 1 otherwise, 77 when torch is not installed."""
 import sys
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError:
-    print("SKIPPED: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+from testlib import check, dist, failures, torch
 
 import ncclx
 import ncclx.torch
 from ncclx.moe import Moe, MoELayer, all_to_all_v_dynamic
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d: FAIL %s" % (dist.get_rank(), what), flush=True)
 
 
 def close(a, b):

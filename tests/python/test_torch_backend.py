@@ -10,22 +10,10 @@ Exit 0 when every check passed, 1 otherwise, 77 (CTest's skip) when torch is not
 import os
 import sys
 
-try:
-    import torch
-    import torch.distributed as dist
-except ImportError:
-    print("SKIPPED: torch is not installed for %s" % sys.executable)
-    sys.exit(77)
+from testlib import check, dist, failures, torch
 
 import ncclx.torch  # noqa: F401  registers the backend
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("rank %d: FAIL %s" % (dist.get_rank(), what), flush=True)
 
 
 def collectives(rank, n):
