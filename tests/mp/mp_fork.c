@@ -128,8 +128,12 @@ int mpRunJob(int nranks, mpRankFn fn, void* arg, double timeoutSec) {
     fprintf(stderr, "mpRunJob: ncclxGetUniqueId: %s\n", ncclxGetLastError(NULL));
     return nranks;
   }
+  if (nranks < 1 || nranks > MP_MAX_RANKS) {
+    fprintf(stderr, "mpRunJob: %d ranks (1 to %d)\n", nranks, MP_MAX_RANKS);
+    return nranks < 1 ? 1 : nranks;
+  }
   mpJob job;
-  int ranks[MP_MAX_RANKS];
+  int ranks[MP_MAX_RANKS] = {0};
   mpJobInit(&job, nranks);
   for (int r = 0; r < nranks; r++) {
     ranks[r] = r;
