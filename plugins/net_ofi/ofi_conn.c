@@ -1,15 +1,17 @@
 /* Connection setup over control tags.
  *
- *   listen()   picks a listen id and nonce, posts receives on tag CONNECT|listenId, and puts
- *              {endpoint address, listen id, nonce, its pid/host identity} in the handle.
+ *   listen()   picks a listen id and nonce and puts {endpoint address, listen id, nonce, its
+ *              pid/host identity} in the handle. The device keeps receives posted on tag
+ *              CONNECT|any id, so a message for a closed or unknown listener is refused too.
  *   connect()  adds the listener to the address vector, posts a receive on REPLY|pendingId,
  *              then sends {its endpoint addresses, the nonce, pendingId, identity} to
  *              CONNECT|listenId.
- *   listener   (inside completion processing) checks magic and nonce, adds the sender's
+ *   listener   (inside completion processing) finds the listener by its id, checks magic
+ *              and nonce, adds the sender's
  *              endpoint 0 to the address vector, assigns a connection id unique on its
  *              endpoint, creates the receive comm and replies {OK, connId, n, its first n
- *              endpoint addresses} (n: the smaller endpoint count); a wrong nonce gets a
- *              refusal and a WARN.
+ *              endpoint addresses} (n: the smaller endpoint count); a wrong nonce or a
+ *              listener that does not exist gets a refusal and a WARN.
  *   accept()   hands out the receive comms made that way, one per call.
  *   connect()  returns the send comm once the reply arrived and its own send completed.
  */
@@ -103,14 +105,33 @@ void ofiRetryReplies(ofiDevice* d) {
 
 static void ctrlRecvDone(ofiOp* op, size_t len, int err, const char* msg);
 
-static void postCtrlRecv(ofiListenComm* lc, ofiCtrlRecv* rx) {
-  ofiDevice* d = lc->obj.dev;
-  if (rx->op.posted) return;
-  ssize_t ret =
-      ofiPostTagged(d, 0, &rx->op, &lc->obj, ctrlRecvDone, 0, &rx->msg, sizeof(rx->msg), NULL,
-                    FI_ADDR_UNSPEC, OFI_CTRL_TAG(OFI_KIND_CONNECT, lc->listenId), 0);
-  if (ret != 0 && ret != -FI_EAGAIN) /* EAGAIN: accept() posts it again */
-    OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s", d->name, fi_strerror((int)-ret));
+int ofiPostConnectRecvs(ofiDevice* d) {
+  int posted = 0;
+  d->connectRecvsNeeded = 0;
+  for (int i = 0; i < OFI_CTRL_RECVS; i++) {
+    ofiCtrlRecv* rx = &d->connectRecvs[i];
+    if (!rx->op.posted) {
+      ssize_t ret = ofiPostTagged(d, 0, &rx->op, &d->self, ctrlRecvDone, 0, &rx->msg,
+                                  sizeof(rx->msg), NULL, FI_ADDR_UNSPEC,
+                                  OFI_CTRL_TAG(OFI_KIND_CONNECT, 0), OFI_CTRL_ID_IGNORE);
+      if (ret != 0) {
+        d->connectRecvsNeeded = 1; /* the next progress call tries again */
+        if (ret != -FI_EAGAIN)
+          OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s", d->name,
+                   fi_strerror((int)-ret));
+      }
+    }
+    posted += rx->op.posted;
+  }
+  return posted;
+}
+
+/* The open listener with this id, or NULL. */
+static ofiListenComm* findListener(ofiDevice* d, uint32_t listenId) {
+  for (ofiObj* o = d->objs; o; o = o->next)
+    if (o->kind == OFI_OBJ_LISTEN && !o->released && ((ofiListenComm*)o)->listenId == listenId)
+      return (ofiListenComm*)o;
+  return NULL;
 }
 
 int ofiListenPushReady(ofiListenComm* lc, ofiComm* c) {
@@ -125,30 +146,38 @@ int ofiListenPushReady(ofiListenComm* lc, ofiComm* c) {
   return 0;
 }
 
-static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len) {
-  ofiDevice* d = lc->obj.dev;
+static void handleConnect(ofiDevice* d, const ofiConnectMsg* m, size_t len) {
   ofiCtx* ctx = d->ctx;
   size_t head = offsetof(ofiConnectMsg, addr);
   if (len < head || m->magic != OFI_CONNECT_MAGIC || m->addrLen == 0 || m->addrLen > OFI_MAX_ADDR ||
       m->neps == 0 || m->neps > OFI_MAX_EPS || len < head + (size_t)m->neps * m->addrLen) {
     OFI_WARN(ctx,
-             "%s: refused a connect message of %zu bytes on listener %u: not from an ncclx "
-             "ofi peer of this version (bad magic, length or endpoint count)",
-             d->name, len, lc->listenId);
+             "%s: refused a connect message of %zu bytes: not from an ncclx ofi peer of this "
+             "version (bad magic, length or endpoint count)",
+             d->name, len);
     return;
   }
   if (m->addrLen != d->addrLen) {
     OFI_WARN(ctx,
-             "%s: refused a connect message on listener %u: its addresses are %u bytes, ours "
+             "%s: refused a connect message for listener %u: its addresses are %u bytes, ours "
              "%zu (another address format: IPv4 and IPv6 peers, or another provider?)",
-             d->name, lc->listenId, (unsigned)m->addrLen, d->addrLen);
+             d->name, m->listenId, (unsigned)m->addrLen, d->addrLen);
     return;
   }
   char peerName[128];
   ofiFormatAddr(d, m->addr, m->addrLen, peerName, sizeof(peerName));
   fi_addr_t fa[OFI_MAX_EPS];
   if (ofiPeerInsert(d, m->addr, m->addrLen, &fa[0]) != ncclxSuccess) return;
-  if (m->nonce != lc->nonce || m->listenId != lc->listenId) {
+  ofiListenComm* lc = findListener(d, m->listenId);
+  if (!lc) {
+    OFI_WARN(ctx,
+             "%s: refused connection from %s (pid %u): this process has no listener %u (it "
+             "was closed: a stale handle, or a handle from another job)",
+             d->name, peerName, m->who.pid, m->listenId);
+    sendReply(d, fa[0], m->pendingId, OFI_REPLY_NO_LISTENER, 0, 0);
+    return;
+  }
+  if (m->nonce != lc->nonce) {
     OFI_WARN(ctx,
              "%s: refused connection from %s (pid %u) on listener %u: wrong nonce (a "
              "stranger, or a sender holding a stale handle)",
@@ -175,14 +204,13 @@ static void handleConnect(ofiListenComm* lc, const ofiConnectMsg* m, size_t len)
 
 static void ctrlRecvDone(ofiOp* op, size_t len, int err, const char* msg) {
   ofiCtrlRecv* rx = (ofiCtrlRecv*)op;
-  ofiListenComm* lc = rx->lc;
-  if (err == FI_ECANCELED || lc->obj.released) return;
+  ofiDevice* d = op->owner->dev;
+  if (err == FI_ECANCELED) return; /* the device is closing */
   if (err)
-    OFI_WARN(lc->obj.dev->ctx, "%s: a connect message on listener %u failed: %s", lc->obj.dev->name,
-             lc->listenId, msg);
+    OFI_WARN(d->ctx, "%s: receiving a connect message failed: %s", d->name, msg);
   else
-    handleConnect(lc, &rx->msg, len);
-  postCtrlRecv(lc, rx);
+    handleConnect(d, &rx->msg, len);
+  d->connectRecvsNeeded = 1; /* reposted at the end of this progress call */
 }
 
 ncclxResult_t ofiListen(void* vctx, int dev, void* handle, void** listenComm) {
@@ -220,13 +248,7 @@ ncclxResult_t ofiListen(void* vctx, int dev, void* handle, void** listenComm) {
       return res;
     }
   } else {
-    for (int i = 0; i < OFI_CTRL_RECVS; i++) {
-      lc->rx[i].lc = lc;
-      postCtrlRecv(lc, &lc->rx[i]);
-    }
-    int posted = 0;
-    for (int i = 0; i < OFI_CTRL_RECVS; i++) posted += lc->rx[i].op.posted;
-    if (posted == 0) {
+    if (ofiPostConnectRecvs(d) == 0) {
       OFI_WARN(ctx, "listen on %s: cannot post any connect receive", d->name);
       ofiObjRelease(&lc->obj);
       pthread_mutex_unlock(&d->lock);
@@ -252,8 +274,6 @@ ncclxResult_t ofiAccept(void* listenComm, void** recvComm) {
   if (lc->nready == 0) {
     if (d->msgMode)
       ofiMsgEvents(d); /* connection requests and established connections */
-    else
-      for (int i = 0; i < OFI_CTRL_RECVS; i++) postCtrlRecv(lc, &lc->rx[i]);
     if (ofiProgress(d) == 0) ofiArmPollFd(d);
   }
   if (lc->nready > 0) {
@@ -275,9 +295,7 @@ ncclxResult_t ofiCloseListen(void* listenComm) {
   for (int i = 0; i < lc->nready; i++) ofiObjRelease(&lc->ready[i]->obj);
   lc->nready = 0;
   if (d->msgMode) ofiMsgCloseListen(lc);
-  for (int i = 0; i < OFI_CTRL_RECVS; i++)
-    ofiCancel(d, &lc->rx[i].op);
-  ofiObjRelease(&lc->obj); /* freed once the cancelled receives complete */
+  ofiObjRelease(&lc->obj); /* connect messages for it are refused from now on */
   pthread_mutex_unlock(&d->lock);
   return ncclxSuccess;
 }
@@ -458,6 +476,15 @@ static int rdmReplyReady(ofiPending* p, fi_addr_t* peers) {
     snprintf(p->failMsg, sizeof(p->failMsg),
              "the listener refused the connection: wrong "
              "nonce (a stale handle, or one from another job)");
+    return 0;
+  }
+  if (p->replyLen >= replyHead && p->reply.magic == OFI_REPLY_MAGIC &&
+      p->reply.status == OFI_REPLY_NO_LISTENER) {
+    p->failErr = FI_ECONNREFUSED;
+    snprintf(p->failMsg, sizeof(p->failMsg),
+             "the process at that address has no listener %u (it was closed: a stale handle, "
+             "or one from another job)",
+             p->handle.listenId);
     return 0;
   }
   if (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||

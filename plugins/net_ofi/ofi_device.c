@@ -246,6 +246,7 @@ int ofiProgress(ofiDevice* d) {
   if (d->msgMode && d->cmBusy && ofiNowNs() - d->lastEventsNs >= OFI_MSG_EVENTS_EVERY_NS)
     ofiMsgEvents(d);
   if (d->probeRecvNeeded) postProbeRecv(d);
+  if (d->connectRecvsNeeded) ofiPostConnectRecvs(d);
   if (d->replyQueue) ofiRetryReplies(d);
   if (d->deferred) ofiRetryDeferred(d);
   d->inProgress = 0;
@@ -475,6 +476,7 @@ static ncclxResult_t openResources(ofiDevice* d) {
   }
   ofiFormatAddr(d, d->addrs[0], d->addrLen, d->addrStr, sizeof(d->addrStr));
   postProbeRecv(d);
+  if (!d->msgMode) ofiPostConnectRecvs(d);
   return ncclxSuccess;
 }
 

@@ -63,7 +63,7 @@
 
 #define OFI_MAX_ADDR 88  /* endpoint address bytes carried in a handle */
 #define OFI_MAX_EPS 8    /* endpoints per device (`endpoints` in [net.ofi]) */
-#define OFI_CTRL_RECVS 4 /* connect messages a listener can take at once */
+#define OFI_CTRL_RECVS 8 /* connect receives a device keeps posted (more wait in the provider) */
 #define OFI_MAX_MESSAGE ((size_t)1 << 30)
 #define OFI_CLOSE_WAIT_NS (200ull * 1000000ull) /* close() waits this long for cancels */
 #define OFI_STALE_CONNECT_NS (120ull * 1000000000ull)
@@ -80,6 +80,7 @@ enum { OFI_KIND_DATA = 0, OFI_KIND_CONNECT = 1, OFI_KIND_REPLY = 2, OFI_KIND_PRO
 #define OFI_DATA_TAG(connId, seq) \
   (OFI_TAG_KIND(OFI_KIND_DATA) | ((uint64_t)((connId)&OFI_CONN_ID_MASK) << 32) | (uint32_t)(seq))
 #define OFI_CTRL_TAG(kind, id) (OFI_TAG_KIND(kind) | (uint32_t)(id))
+#define OFI_CTRL_ID_IGNORE 0xffffffffull /* a receive for a control kind's every id */
 #define OFI_PROBE_IGNORE ((1ull << 60) - 1)
 
 #define OFI_HANDLE_MAGIC 0x464f584eu  /* "NXOF" */
@@ -122,7 +123,7 @@ typedef struct {
   uint8_t addr[OFI_MAX_EPS * OFI_MAX_ADDR];
 } ofiConnectMsg;
 
-enum { OFI_REPLY_OK = 0, OFI_REPLY_BAD_NONCE = 1, OFI_REPLY_FAILED = 2 };
+enum { OFI_REPLY_OK = 0, OFI_REPLY_BAD_NONCE = 1, OFI_REPLY_FAILED = 2, OFI_REPLY_NO_LISTENER = 3 };
 
 /* Listener -> sender, tag REPLY|pendingId. */
 typedef struct {
@@ -192,6 +193,12 @@ typedef struct {
   fi_addr_t fa;
 } ofiPeerAddr;
 
+/* A receive for connect messages to any listener of the device (ofi_conn.c). */
+typedef struct {
+  ofiOp op;
+  ofiConnectMsg msg;
+} ofiCtrlRecv;
+
 struct ofiDevice {
   ofiObj self; /* owner of the device-level probe receive */
   ofiCtx* ctx;
@@ -238,6 +245,10 @@ struct ofiDevice {
   int inProgress;                 /* ofiProgress is running: callbacks must not re-enter it */
   ofiOp probeRecv;
   int probeRecvNeeded;
+  /* RDM: connect messages for every listener, closed and unknown ones included, land here,
+   * so that a stale handle is refused instead of waiting unmatched in the provider. */
+  ofiCtrlRecv connectRecvs[OFI_CTRL_RECVS];
+  int connectRecvsNeeded;
   char probeBuf[16];
 };
 
@@ -314,18 +325,12 @@ struct ofiComm {
 };
 
 typedef struct ofiListenComm ofiListenComm;
-typedef struct {
-  ofiOp op;
-  ofiListenComm* lc;
-  ofiConnectMsg msg;
-} ofiCtrlRecv;
 
 struct ofiListenComm {
   ofiObj obj;
   struct fid_pep* pep; /* msgMode: the passive endpoint connection requests arrive at */
   uint32_t listenId;
   uint64_t nonce;
-  ofiCtrlRecv rx[OFI_CTRL_RECVS];
   ofiComm** ready; /* accepted, not yet handed to the caller */
   int nready, capReady;
 };
@@ -417,6 +422,8 @@ ncclxResult_t ofiAccept(void* listenComm, void** recvComm);
 ncclxResult_t ofiCloseListen(void* listenComm);
 /* Post listener replies that met FI_EAGAIN. Lock held. */
 void ofiRetryReplies(ofiDevice* d);
+/* RDM: (re)post the device's connect receives; 0 when none could be posted. Lock held. */
+int ofiPostConnectRecvs(ofiDevice* d);
 /* Finalize: forget pending connects of ctx's devices (device close frees them). */
 void ofiPendingForget(ofiCtx* ctx);
 /* A connection the listener made: accept() hands it out. 0, or -1 when out of memory. */

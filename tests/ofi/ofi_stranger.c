@@ -11,8 +11,10 @@
  * length, bytes of noise): nothing may be accepted, nothing may crash. In connected mode
  * (msg: the plugin's `endpoint_type`) those are connection requests from a bare FI_EP_MSG
  * endpoint (no, short, wrong-magic or noisy connection data: each must be rejected) and
- * bytes of noise written to the listener's port by a plain TCP socket, and a connect to a
- * listener that was closed must be refused.
+ * bytes of noise written to the listener's port by a plain TCP socket. In both modes a
+ * connect to a listener that was closed, or to a listener id the process never had, must be
+ * refused (before, a reliable-datagram listener left such a message unanswered and the sender
+ * waited until the core's timeout).
  * Exit 0 on success, 1 on failure, 77 when the provider is not available. */
 #include <dlfcn.h>
 #include <stddef.h>
@@ -193,17 +195,27 @@ int main(int argc, char** argv) {
   else
     sendMalformed(argv[2], domain, lc, handle);
 
-  if (msg) { /* connected mode: a closed listener's requests are rejected, not left waiting */
-    char closedHandle[NCCLX_NET_HANDLE_MAXSIZE];
-    void* lc2 = NULL;
-    check(net->listen(ctx, 0, closedHandle, &lc2) == ncclxSuccess && lc2, "a second listener");
-    if (lc2) net->closeListen(lc2);
+  /* A closed listener's handle, and a listener id this process never had (the right
+   * address and nonce): refused, not left waiting unanswered. */
+  char closedHandle[NCCLX_NET_HANDLE_MAXSIZE];
+  void* lc2 = NULL;
+  check(net->listen(ctx, 0, closedHandle, &lc2) == ncclxSuccess && lc2, "a second listener");
+  if (lc2) net->closeListen(lc2);
+  memcpy(bad, handle, sizeof(bad));
+  ofiHandle* unknown = (ofiHandle*)bad;
+  unknown->listenId += 1000;
+  const struct {
+    const char* h;
+    const char* what;
+  } gone[2] = {
+      {closedHandle, "a connect to a closed listener is refused with ncclxRemoteError within 5 s"},
+      {bad, "a connect to a listener id nobody has is refused with ncclxRemoteError within 5 s"}};
+  for (int i = 0; i < 2; i++) {
     sc = NULL;
     accepted = 0;
     double t0 = ncNow();
-    res = connectLoop(ctx, lc, closedHandle, &sc, &accepted, NULL);
-    check(res == ncclxRemoteError && !sc && ncNow() - t0 < 5.0,
-          "a connect to a closed listener is refused with ncclxRemoteError within 5 s");
+    res = connectLoop(ctx, lc, gone[i].h, &sc, &accepted, NULL);
+    check(res == ncclxRemoteError && !sc && accepted == 0 && ncNow() - t0 < 5.0, gone[i].what);
     if (sc) net->closeSend(sc);
   }
 
