@@ -42,7 +42,9 @@ fail() {
 
 # The shm provider keeps a region per process in /dev/shm (PID:N:N, 16 MiB) that a SIGKILLed
 # process (the tests kill some on purpose) cannot remove. Regions that appeared during this
-# test and whose process is gone are removed at exit.
+# test and whose process is gone are removed at exit. Ours whose process is gone are also
+# removed at the start: libfabric takes a region named by a new process's own pid (pids wrap
+# within minutes in a full run) for that process's live one and fails fi_enable with EBUSY.
 shm_regions() {
   for f in /dev/shm/*:*:*; do
     f=${f#/dev/shm/}
@@ -52,6 +54,9 @@ shm_regions() {
     esac
   done | sort
 }
+shm_regions | while read -r f; do
+  [ -d "/proc/${f%%:*}" ] || { [ -O "/dev/shm/$f" ] && rm -f "/dev/shm/$f"; }
+done
 shm_before=$(mktemp "${TMPDIR:-/tmp}/ncclx-ofi-shm.XXXXXX") || fail "mktemp"
 shm_regions >"$shm_before"
 log=""
