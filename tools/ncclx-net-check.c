@@ -620,12 +620,13 @@ static int refuseAttempt(ncTester* t, const char* handle, void** slot, char* why
 }
 
 /* A garbage handle and handles spliced from two listeners' (the bytes that differ: port,
- * nonce) must not give a connection, and each refusal is logged. The listener then still
- * takes a good sender on the very slot the refused attempts used. */
+ * nonce) must not give a connection, and each refusal is logged. A closed listener's handle
+ * (a stale one: a restarted rank, an earlier job) must end too, not stay "connecting". The
+ * listener then still takes a good sender on the very slot the refused attempts used. */
 static void checkRefuse(ncTester* t, int check) {
   if (notRun(t, check)) return;
   beginCheck(t);
-  char msg[400] = "", hs[2][NCCLX_NET_HANDLE_MAXSIZE];
+  char msg[400] = "", hs[3][NCCLX_NET_HANDLE_MAXSIZE]; /* listener, second, closed one */
   int pass = 1;
   double deadline = ncNow() + t->opt->bound * 4;
   if (t->role == ROLE_RECV) {
@@ -638,6 +639,14 @@ static void checkRefuse(ncTester* t, int check) {
       pass = 0;
     }
     memcpy(hs[0], t->handleCopy, sizeof(hs[0]));
+    void* closed = NULL;
+    memset(hs[2], 0, sizeof(hs[2]));
+    if (pass && (t->net->listen(t->ctx, t->opt->dev, hs[2], &closed) != ncclxSuccess || !closed ||
+                 t->net->closeListen(closed) != ncclxSuccess)) {
+      memset(hs[2], 0, sizeof(hs[2])); /* the sender then skips it */
+      snprintf(msg, sizeof(msg), "a third listen, closed at once, failed");
+      pass = 0;
+    }
     if (ncWriteAll(t->peerFd, hs, sizeof(hs)) != 0)
       pass = 0, snprintf(msg, sizeof(msg), "cannot pass the handles to the sender");
     unsigned warned = netcheckWarnings;
@@ -698,6 +707,13 @@ static void checkRefuse(ncTester* t, int check) {
       else if (r == 1) refused++;
       else pass = 0, snprintf(msg, sizeof(msg), "handle with byte %zu of another listener's: %s", i, why);
     }
+    static const char zeros[NCCLX_NET_HANDLE_MAXSIZE];
+    if (pass && memcmp(hs[2], zeros, sizeof(zeros)) != 0) {
+      r = refuseAttempt(t, hs[2], &slot, why, sizeof(why));
+      if (r == 2) reached++; /* a comm: nobody may accept it (the receiver checks) */
+      else if (r == 1) refused++;
+      else pass = 0, snprintf(msg, sizeof(msg), "a closed listener's handle: %s", why);
+    }
     int32_t go = 0;
     if (ncWriteAll(t->peerFd, &reached, sizeof(reached)) != 0 ||
         ncReadAll(t->peerFd, &go, sizeof(go), t->opt->bound * 4) != 0)
@@ -722,8 +738,9 @@ static void checkRefuse(ncTester* t, int check) {
       if (slot) t->net->closeSend(slot);
     }
     if (pass)
-      snprintf(msg, sizeof(msg), "garbage refused; %d spliced handle(s) refused by connect, %u "
-               "by the listener; then connected on the same slot", refused, reached);
+      snprintf(msg, sizeof(msg), "garbage refused; %d spliced or closed listener's handle(s) "
+               "refused by connect, %u by the listener; then connected on the same slot",
+               refused, reached);
   }
   endCheck(t, check, pass, "%s", msg);
 }

@@ -6,12 +6,12 @@
  *   connect()  adds the listener to the address vector, posts a receive on REPLY|pendingId,
  *              then sends {its endpoint addresses, the nonce, pendingId, identity} to
  *              CONNECT|listenId.
- *   listener   (inside completion processing) finds the listener by its id, checks magic
- *              and nonce, adds the sender's
- *              endpoint 0 to the address vector, assigns a connection id unique on its
- *              endpoint, creates the receive comm and replies {OK, connId, n, its first n
- *              endpoint addresses} (n: the smaller endpoint count); a wrong nonce or a
- *              listener that does not exist gets a refusal and a WARN.
+ *   listener   (inside completion processing) checks the magic, finds the listener by its
+ *              id and checks the nonce, adds the sender's endpoint 0 to the address vector,
+ *              assigns a connection id unique on its endpoint, creates the receive comm and
+ *              replies {OK, connId, n, its first n endpoint addresses} (n: the smaller
+ *              endpoint count); a wrong nonce or a listener that does not exist gets a
+ *              refusal and a WARN.
  *   accept()   hands out the receive comms made that way, one per call.
  *   connect()  returns the send comm once the reply arrived and its own send completed.
  */
@@ -116,13 +116,15 @@ int ofiPostConnectRecvs(ofiDevice* d) {
                                   OFI_CTRL_TAG(OFI_KIND_CONNECT, 0), OFI_CTRL_ID_IGNORE);
       if (ret != 0) {
         d->connectRecvsNeeded = 1; /* the next progress call tries again */
-        if (ret != -FI_EAGAIN)
-          OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s", d->name,
-                   fi_strerror((int)-ret));
+        if (ret != -FI_EAGAIN && !d->connectRecvsWarned)
+          OFI_WARN(d->ctx, "%s: posting a connect receive failed: %s (retried on every "
+                   "progress call; said once)", d->name, fi_strerror((int)-ret));
+        d->connectRecvsWarned |= ret != -FI_EAGAIN;
       }
     }
     posted += rx->op.posted;
   }
+  if (!d->connectRecvsNeeded) d->connectRecvsWarned = 0;
   return posted;
 }
 
@@ -146,15 +148,17 @@ int ofiListenPushReady(ofiListenComm* lc, ofiComm* c) {
   return 0;
 }
 
-static void handleConnect(ofiDevice* d, const ofiConnectMsg* m, size_t len) {
+/* tagId: the listener id the message was sent to (its tag); the body must name the same. */
+static void handleConnect(ofiDevice* d, const ofiConnectMsg* m, size_t len, uint32_t tagId) {
   ofiCtx* ctx = d->ctx;
   size_t head = offsetof(ofiConnectMsg, addr);
   if (len < head || m->magic != OFI_CONNECT_MAGIC || m->addrLen == 0 || m->addrLen > OFI_MAX_ADDR ||
-      m->neps == 0 || m->neps > OFI_MAX_EPS || len < head + (size_t)m->neps * m->addrLen) {
+      m->neps == 0 || m->neps > OFI_MAX_EPS || len < head + (size_t)m->neps * m->addrLen ||
+      m->listenId != tagId) {
     OFI_WARN(ctx,
-             "%s: refused a connect message of %zu bytes: not from an ncclx ofi peer of this "
-             "version (bad magic, length or endpoint count)",
-             d->name, len);
+             "%s: refused a connect message of %zu bytes sent to listener %u: not from an "
+             "ncclx ofi peer of this version (bad magic, length, endpoint count or listener id)",
+             d->name, len, tagId);
     return;
   }
   if (m->addrLen != d->addrLen) {
@@ -171,8 +175,8 @@ static void handleConnect(ofiDevice* d, const ofiConnectMsg* m, size_t len) {
   ofiListenComm* lc = findListener(d, m->listenId);
   if (!lc) {
     OFI_WARN(ctx,
-             "%s: refused connection from %s (pid %u): this process has no listener %u (it "
-             "was closed: a stale handle, or a handle from another job)",
+             "%s: refused connection from %s (pid %u): this process has no listener %u "
+             "(closed, or never ours: a stale handle, or one from another job)",
              d->name, peerName, m->who.pid, m->listenId);
     sendReply(d, fa[0], m->pendingId, OFI_REPLY_NO_LISTENER, 0, 0);
     return;
@@ -205,11 +209,10 @@ static void handleConnect(ofiDevice* d, const ofiConnectMsg* m, size_t len) {
 static void ctrlRecvDone(ofiOp* op, size_t len, int err, const char* msg) {
   ofiCtrlRecv* rx = (ofiCtrlRecv*)op;
   ofiDevice* d = op->owner->dev;
-  if (err == FI_ECANCELED) return; /* the device is closing */
-  if (err)
+  if (err && err != FI_ECANCELED) /* nothing of ours cancels it; a provider might */
     OFI_WARN(d->ctx, "%s: receiving a connect message failed: %s", d->name, msg);
-  else
-    handleConnect(d, &rx->msg, len);
+  else if (!err)
+    handleConnect(d, &rx->msg, len, (uint32_t)op->ctag);
   d->connectRecvsNeeded = 1; /* reposted at the end of this progress call */
 }
 
@@ -482,9 +485,8 @@ static int rdmReplyReady(ofiPending* p, fi_addr_t* peers) {
       p->reply.status == OFI_REPLY_NO_LISTENER) {
     p->failErr = FI_ECONNREFUSED;
     snprintf(p->failMsg, sizeof(p->failMsg),
-             "the process at that address has no listener %u (it was closed: a stale handle, "
-             "or one from another job)",
-             p->handle.listenId);
+             "the process at that address has no such listener (closed, or never ours: a "
+             "stale handle, or one from another job)");
     return 0;
   }
   if (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||

@@ -19,10 +19,11 @@
  *   receive smaller than its message.
  * - Connection setup is a request/reply on control tags (ofi_conn.c): connect() sends
  *   {its endpoint addresses, the listener's nonce, a pending id}; the listener checks the
- *   nonce, assigns a connection id and replies with it and its own endpoint addresses. Both happen inside completion processing, so a
+ *   nonce, assigns a connection id and replies with it and its own endpoint addresses (or a
+ *   refusal: wrong nonce, no such listener). Both happen inside completion processing, so a
  *   connect finishes as soon as the listener's process drives its completion queue.
  * - Every libfabric operation is an ofiOp embedded in an ofiObj (a comm, a pending connect,
- *   a control send). The object is freed only when libfabric no longer owns any of its
+ *   a control send, the device itself for its probe and connect receives). The object is freed only when libfabric no longer owns any of its
  *   operations; a comm closed with operations in flight waits on the device's object list
  *   until they complete, or until finalize closes the endpoint.
  * - A peer that dies does not always produce a libfabric error (a posted receive has no
@@ -200,7 +201,7 @@ typedef struct {
 } ofiCtrlRecv;
 
 struct ofiDevice {
-  ofiObj self; /* owner of the device-level probe receive */
+  ofiObj self; /* owner of the device-level receives: probes and connect messages */
   ofiCtx* ctx;
   int index;
   int opened; /* 1 open, 0 not yet, -1 opening failed */
@@ -249,6 +250,7 @@ struct ofiDevice {
    * so that a stale handle is refused instead of waiting unmatched in the provider. */
   ofiCtrlRecv connectRecvs[OFI_CTRL_RECVS];
   int connectRecvsNeeded;
+  int connectRecvsWarned; /* a post failed for another reason than FI_EAGAIN: said once */
   char probeBuf[16];
 };
 

@@ -2,10 +2,12 @@
  *
  *   ofi_stranger PLUGIN.so PROVIDER rdm|msg [DOMAIN]
  *
- * One process listens, then connects to itself three times: with a handle whose nonce is
- * wrong (a stranger, or a sender holding a stale handle: the listener must log a refusal and
- * the sender must get ncclxRemoteError, without any accepted comm), with a handle whose magic
- * is wrong (refused at once, no crash), and with the real handle (must work end to end).
+ * One process listens, then connects to itself: with a handle whose nonce is wrong (a
+ * stranger, or a sender holding a stale handle: the listener must log a refusal and the
+ * sender must get ncclxRemoteError, without any accepted comm), with a handle whose magic is
+ * wrong (refused at once, no crash), with a closed listener's handle and one whose listener id
+ * the process never had (both refused within 5 s), and with the real handle (must work end to
+ * end).
  * Between the last two, a bare libfabric endpoint of this test (ofi_raw.c) sends the listener
  * connect messages no ncclx peer sends (0 or 9 endpoints, addresses cut short, another address
  * length, bytes of noise): nothing may be accepted, nothing may crash. In connected mode
@@ -201,9 +203,11 @@ int main(int argc, char** argv) {
   void* lc2 = NULL;
   check(net->listen(ctx, 0, closedHandle, &lc2) == ncclxSuccess && lc2, "a second listener");
   if (lc2) net->closeListen(lc2);
+  ofiHandle unknown;
+  memcpy(&unknown, handle, sizeof(unknown));
+  unknown.listenId += 1000;
   memcpy(bad, handle, sizeof(bad));
-  ofiHandle* unknown = (ofiHandle*)bad;
-  unknown->listenId += 1000;
+  memcpy(bad, &unknown, sizeof(unknown));
   const struct {
     const char* h;
     const char* what;

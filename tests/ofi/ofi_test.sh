@@ -54,8 +54,10 @@ shm_regions() {
     esac
   done | sort
 }
+me=$(id -u)
 shm_regions | while read -r f; do
-  [ -d "/proc/${f%%:*}" ] || { [ -O "/dev/shm/$f" ] && rm -f "/dev/shm/$f"; }
+  [ -d "/proc/${f%%:*}" ] || [ -z "$(find "/dev/shm/$f" -prune -user "$me" 2>/dev/null)" ] ||
+    rm -f "/dev/shm/$f"
 done
 shm_before=$(mktemp "${TMPDIR:-/tmp}/ncclx-ofi-shm.XXXXXX") || fail "mktemp"
 shm_regions >"$shm_before"
