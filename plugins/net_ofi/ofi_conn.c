@@ -473,20 +473,14 @@ static int rdmReplyReady(ofiPending* p, fi_addr_t* peers) {
   ofiDevice* d = p->obj.dev;
   const size_t replyHead = offsetof(ofiReplyMsg, addr);
   if (p->failErr || !p->replyDone) return 0;
-  if (p->replyLen >= replyHead && p->reply.magic == OFI_REPLY_MAGIC &&
-      p->reply.status == OFI_REPLY_BAD_NONCE) {
+  int refused = p->replyLen >= replyHead && p->reply.magic == OFI_REPLY_MAGIC &&
+                (p->reply.status == OFI_REPLY_BAD_NONCE || p->reply.status == OFI_REPLY_NO_LISTENER);
+  if (refused) {
     p->failErr = FI_ECONNREFUSED;
-    snprintf(p->failMsg, sizeof(p->failMsg),
-             "the listener refused the connection: wrong "
-             "nonce (a stale handle, or one from another job)");
-    return 0;
-  }
-  if (p->replyLen >= replyHead && p->reply.magic == OFI_REPLY_MAGIC &&
-      p->reply.status == OFI_REPLY_NO_LISTENER) {
-    p->failErr = FI_ECONNREFUSED;
-    snprintf(p->failMsg, sizeof(p->failMsg),
-             "the process at that address has no such listener (closed, or never ours: a "
-             "stale handle, or one from another job)");
+    snprintf(p->failMsg, sizeof(p->failMsg), "%s (a stale handle, or one from another job)",
+             p->reply.status == OFI_REPLY_BAD_NONCE
+                 ? "the listener refused the connection: wrong nonce"
+                 : "the process at that address has no such listener (closed, or never ours)");
     return 0;
   }
   if (p->replyLen < replyHead || p->reply.magic != OFI_REPLY_MAGIC ||
