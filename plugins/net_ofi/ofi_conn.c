@@ -173,20 +173,13 @@ static void handleConnect(ofiDevice* d, const ofiConnectMsg* m, size_t len, uint
   fi_addr_t fa[OFI_MAX_EPS];
   if (ofiPeerInsert(d, m->addr, m->addrLen, &fa[0]) != ncclxSuccess) return;
   ofiListenComm* lc = findListener(d, m->listenId);
-  if (!lc) {
-    OFI_WARN(ctx,
-             "%s: refused connection from %s (pid %u): this process has no listener %u "
-             "(closed, or never ours: a stale handle, or one from another job)",
-             d->name, peerName, m->who.pid, m->listenId);
-    sendReply(d, fa[0], m->pendingId, OFI_REPLY_NO_LISTENER, 0, 0);
-    return;
-  }
-  if (m->nonce != lc->nonce) {
-    OFI_WARN(ctx,
-             "%s: refused connection from %s (pid %u) on listener %u: wrong nonce (a "
-             "stranger, or a sender holding a stale handle)",
-             d->name, peerName, m->who.pid, lc->listenId);
-    sendReply(d, fa[0], m->pendingId, OFI_REPLY_BAD_NONCE, 0, 0);
+  if (!lc || m->nonce != lc->nonce) {
+    OFI_WARN(ctx, "%s: refused connection from %s (pid %u) on listener %u: %s", d->name, peerName,
+             m->who.pid, m->listenId,
+             lc ? "wrong nonce (a stranger, or a sender holding a stale handle)"
+                : "this process has no such listener (closed, or never ours: a stale handle, "
+                  "or one from another job)");
+    sendReply(d, fa[0], m->pendingId, lc ? OFI_REPLY_BAD_NONCE : OFI_REPLY_NO_LISTENER, 0, 0);
     return;
   }
   /* Data spreads over the endpoints both sides have. A receive comm sends only to the

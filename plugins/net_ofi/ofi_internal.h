@@ -23,9 +23,10 @@
  *   refusal: wrong nonce, no such listener). Both happen inside completion processing, so a
  *   connect finishes as soon as the listener's process drives its completion queue.
  * - Every libfabric operation is an ofiOp embedded in an ofiObj (a comm, a pending connect,
- *   a control send, the device itself for its probe and connect receives). The object is freed only when libfabric no longer owns any of its
- *   operations; a comm closed with operations in flight waits on the device's object list
- *   until they complete, or until finalize closes the endpoint.
+ *   a control send, the device itself for its probe and connect receives). The object is
+ *   freed only when libfabric no longer owns any of its operations; a comm closed with
+ *   operations in flight waits on the device's object list until they complete, or until
+ *   finalize closes the endpoint.
  * - A peer that dies does not always produce a libfabric error (a posted receive has no
  *   connection to fail). Comms waiting without progress check their peer (ofi_data.c):
  *   same host -> is the process still there; other host -> a probe message whose send
